@@ -1,0 +1,34 @@
+# Two commands do all the set-up: `make demo` (install + the main job) and `make test`.
+PY    ?= python3
+VENV  := .venv
+BIN   := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+CORES ?= 2
+
+.PHONY: install demo test lint table bench clean-results
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install  ## the main job on the embedded default: filter-s2only end to end, then the table
+	$(BIN)/snakemake --profile profiles/local -c$(CORES) results/filter-s2only/eval.json
+	$(BIN)/snakemake --profile profiles/local -c$(CORES) runs.json
+
+test: install  ## lint the workflow, then unit tests + the end-to-end chain at smoke scale
+	$(BIN)/snakemake --lint
+	$(BIN)/pytest -q
+
+table: install
+	$(BIN)/martingale table
+
+bench: install
+	$(BIN)/python bench/plan_bench.py
+	$(BIN)/python bench/rl_throughput.py
+
+clean-results:
+	rm -rf results logs .snakemake runs.json

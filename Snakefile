@@ -1,0 +1,20 @@
+# martingale: one-knob runs (conf/runs/*.yaml) -> cached stages (results/_store/<kind>/<id>/)
+# -> results/<run-id>/eval.json -> runs.json. Targets are decided by named functions in
+# workflow/rules/common.smk; the plan (every run's stages, content-addressed) is built once there.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/pretrain.smk"
+include: "workflow/rules/distill.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/eval.smk"
+include: "workflow/rules/aggregate.smk"
+
+
+rule all:
+    input:
+        all_targets,
+    default_target: True

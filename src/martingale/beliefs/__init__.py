@@ -1,0 +1,1 @@
+"""Reading beliefs: the one ``P = X`` parser, and the prior/posterior readers (elicit modes)."""

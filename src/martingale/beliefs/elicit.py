@@ -1,0 +1,62 @@
+"""Rollouts: sample reasoned traces (and snap answers) and read each sample's prior and posterior.
+
+``snap`` mode: prior = the stated P of a snap answer (no reasoning), posterior = the stated P of
+the reasoned trace — two different functionals (the mode gap). ``samemode``: one trace read by a
+judge at ``cut`` of its clues (prior) and at its end (posterior).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..model.generate import Batch, sample
+from ..world import traces as fmt
+from ..world.synthetic import Question
+from .parse import parse_p, parse_totals
+from .readers import READERS, ReadContext
+
+
+@dataclass
+class Rollout:
+    questions: list[Question]
+    trace: Batch
+    snap: Batch | None
+    stated: list[float | None]      # the trace's final P = X
+    snap_p: list[float | None]      # the snap answer's P = X (snap mode)
+    prior: list[float | None]
+    posterior: list[float | None]
+    trace_cut: list[float | None]   # belief the trace writes at the cut
+    trace_last: list[float | None]  # last belief the trace writes
+
+
+def cut_index(world, elicit: dict[str, Any]) -> int:
+    return int(round(float(elicit.get("cut", 0.5)) * world.n_clues))
+
+
+def rollout(model, tokenizer, questions: list[Question], ctx: ReadContext, elicit: dict[str, Any],
+            seed: int, temperature: float) -> Rollout:
+    world = ctx.world
+    prompts = [fmt.prompt(q) for q in questions]
+    prompts_think = [p + " think" for p in prompts]
+    trace = sample(model, tokenizer, prompts_think, 4 * world.n_clues + 6, temperature, seed)
+    texts = ["think " + t for t in trace.texts]
+    trace.texts = texts
+    stated = [parse_p(t) for t in texts]
+    k = cut_index(world, elicit)
+    trace_cut = READERS["trace"](ctx, questions, texts, k)
+    totals = [parse_totals(t) for t in texts]
+    trace_last = [fmt.units_to_p(tt[-1], world.unit) if tt and len(tt) > 1 else None for tt in totals]
+    snap = None
+    snap_p: list[float | None] = [None] * len(questions)
+    if elicit["mode"] == "snap":
+        snap = sample(model, tokenizer, [p + " snap" for p in prompts], 4, temperature, seed + 1)
+        snap.texts = ["snap " + t for t in snap.texts]
+        snap_p = [parse_p(t) for t in snap.texts]
+        prior, posterior = snap_p, stated
+    elif elicit["mode"] == "samemode":
+        reader = READERS[elicit["judge"]]
+        prior = reader(ctx, questions, texts, k)
+        posterior = reader(ctx, questions, texts, world.n_clues)
+    else:
+        raise ValueError(f"elicit.mode: unknown mode {elicit['mode']!r}")
+    return Rollout(questions, trace, snap, stated, snap_p, prior, posterior, trace_cut, trace_last)

@@ -1,0 +1,194 @@
+"""``martingale``: add, inspect, check and plan runs; regenerate the runs table.
+
+Keeps torch/transformers out of its import path: only config, plan and table code is loaded.
+Every error is one line on stderr and exit status 1.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from .config.compose import flatten
+from .config.runs import RunError, RunTree, display_path
+from .io import write_text
+
+app = typer.Typer(
+    name="martingale",
+    help="One-knob experiment runs: add, show, diff, check and plan them; regenerate runs.json.",
+    no_args_is_help=True,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class _State:
+    root: Path = Path(".")
+
+
+STATE = _State()
+
+
+def fail(message: str) -> None:
+    err.print(f"error: {message}", markup=False, style="bold red")
+    raise typer.Exit(1)
+
+
+def _conf() -> Path:
+    return STATE.root / "conf"
+
+
+def _tree(compose: bool = True) -> RunTree:
+    try:
+        return RunTree.load(_conf(), compose=compose)
+    except RunError as e:
+        fail(str(e))
+        raise  # unreachable
+
+
+def _need(tree: RunTree, run_id: str) -> None:
+    if run_id not in tree:
+        fail(f"unknown run {run_id!r} (no conf/runs/{run_id}.yaml)")
+
+
+@app.callback()
+def main(root: Path = typer.Option(Path("."), "--root", help="Project folder (holds conf/, results/).",
+                                   file_okay=False)) -> None:
+    """martingale: a declarative experiment tree of one-knob runs."""
+    STATE.root = root
+
+
+@app.command()
+def new(child: str = typer.Argument(..., help="Run-id of the new run (its file name)."),
+        parent: str = typer.Option(..., "--parent", "-p", help="Run-id of the parent run."),
+        knob: str = typer.Option(..., "--knob", "-k", help="Exactly one Hydra override, e.g. stages.s1.lr=1e-3."),
+        question: Optional[str] = typer.Option(None, "--question", "-q", help="The question the run answers."),
+        claims: Optional[str] = typer.Option(None, "--claims", help="Comma-separated claims, e.g. C1,C2."),
+        ) -> None:
+    """Write conf/runs/CHILD.yaml, only if the whole tree validates with it."""
+    runs_dir = _conf() / "runs"
+    for suffix in (".yaml", ".yml"):
+        existing = runs_dir / f"{child}{suffix}"
+        if existing.exists():
+            fail(f"{display_path(existing)}: run-id: already exists; not overwritten")
+    path = runs_dir / f"{child}.yaml"
+    data: dict = {"parent": parent, "knob": knob}
+    if question is not None:
+        data["question"] = question
+    data["claims"] = [c.strip() for c in claims.split(",") if c.strip()] if claims else []
+    text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=None, width=100)
+    try:
+        tree = RunTree.load(_conf(), extra={path: text})
+    except RunError as e:
+        fail(str(e))
+        return
+    write_text(path, text)
+    out.print(f"wrote {display_path(path)} ({len(tree)} runs OK)", markup=False)
+
+
+@app.command()
+def show(run: str = typer.Argument(..., help="Run-id.")) -> None:
+    """Lineage root→run with each knob, the override list and the resolved config."""
+    tree = _tree()
+    _need(tree, run)
+    table = Table(title=f"lineage of {run}")
+    table.add_column("run")
+    table.add_column("knob")
+    table.add_column("question")
+    for spec in tree.lineage(run):
+        table.add_row(spec.run_id, spec.knob or "(root)", spec.question or "")
+    out.print(table)
+    out.print("overrides (root first):", style="bold")
+    out.print(" ".join(repr(o) if " " in o else o for o in tree.overrides(run)) or "(none)", markup=False)
+    out.print("resolved config:", style="bold")
+    out.print(yaml.safe_dump(tree.resolved_config(run), sort_keys=False).rstrip(), markup=False)
+
+
+@app.command()
+def diff(a: str = typer.Argument(..., help="Run-id A."), b: str = typer.Argument(..., help="Run-id B.")) -> None:
+    """The knobs between two runs via their common ancestor, and the config keys that differ."""
+    tree = _tree()
+    _need(tree, a)
+    _need(tree, b)
+    la, lb = [s.run_id for s in tree.lineage(a)], [s.run_id for s in tree.lineage(b)]
+    common = None
+    for x, y in zip(la, lb):
+        if x != y:
+            break
+        common = x
+    out.print(f"common ancestor: {common or '(none: different roots)'}", markup=False)
+    for name, chain in ((a, la), (b, lb)):
+        start = chain.index(common) + 1 if common else 0
+        knobs = [f"{r}: {tree.specs[r].knob}" for r in chain[start:] if tree.specs[r].knob]
+        out.print(f"{common or 'root'} → {name}:", style="bold", markup=False)
+        for k in knobs or ["(no knobs)"]:
+            out.print(f"  {k}", markup=False)
+    fa, fb = flatten(tree.resolved_config(a)), flatten(tree.resolved_config(b))
+    table = Table(title="config keys that differ")
+    table.add_column("key")
+    table.add_column(a)
+    table.add_column(b)
+    for key in sorted(set(fa) | set(fb)):
+        if fa.get(key, "<absent>") != fb.get(key, "<absent>"):
+            table.add_row(key, repr(fa.get(key, "<absent>")), repr(fb.get(key, "<absent>")))
+    out.print(table if table.row_count else "no config differences")
+
+
+@app.command()
+def check() -> None:
+    """Validate every run file and compose every run's config."""
+    tree = _tree()
+    out.print(f"{len(tree)} runs OK", markup=False)
+
+
+@app.command("table")
+def table_cmd() -> None:
+    """Regenerate runs.json from conf/runs and results/."""
+    from .table import TableError, write_table
+
+    try:
+        path = write_table(STATE.root)
+    except (RunError, TableError) as e:
+        fail(str(e))
+        return
+    out.print(str(path), markup=False)
+
+
+@app.command()
+def plan(runs: Optional[List[str]] = typer.Argument(None, help="Run-ids (default: every valid run).")) -> None:
+    """Stages with their ids; distinct stages vs the naive per-run chain sum."""
+    from .plan import Plan
+
+    try:
+        p = Plan.load(STATE.root)
+    except RunError as e:
+        fail(str(e))
+        return
+    ids = list(runs) if runs else p.active_run_ids()
+    for r in ids:
+        _need(p.tree, r)
+    users: dict[str, list[str]] = {}
+    for r in ids:
+        for sid in p.run_chain(r):
+            users.setdefault(sid, []).append(r)
+    table = Table(title="stages")
+    for col in ("stage", "upstream", "runs"):
+        table.add_column(col)
+    for sid in p.stages_for(ids):
+        st = p.stages[sid]
+        shown = users[sid]
+        table.add_row(sid, ", ".join(st.upstream) or "-",
+                      ", ".join(shown[:3]) + (f" +{len(shown) - 3}" if len(shown) > 3 else ""))
+    out.print(table)
+    out.print(f"{len(ids)} runs: {len(p.stages_for(ids))} distinct stages "
+              f"(naive per-run chains: {p.naive_count(ids)})", markup=False)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

@@ -1,0 +1,1 @@
+"""Configuration: structured schema, run files, and Hydra composition of a run's lineage."""

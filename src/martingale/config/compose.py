@@ -1,0 +1,387 @@
+"""Compose a run's config: ``conf/config.yaml`` + Hydra overrides, validated against the schema.
+
+Two paths that give the same result:
+
+- :func:`compose` — Hydra's own compose API (``initialize_config_dir``), the reference.
+- :class:`Composer` — the fast path used for planning. Hydra composes each distinct combination of
+  config-group choices (``elicit=snap``, ``model=llama31_8b`` ...) once; plain ``key=value``
+  overrides are then applied on a copy of that structured config with Hydra's own override
+  application, which is exactly what Hydra does after composing the defaults list (group overrides
+  first, then key overrides in order). Types, unknown keys and ``CHOICES`` are still checked.
+
+Errors come out as :class:`ComposeError` with ``key`` (the offending key) and a one-line ``reason``.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+import pickle
+import fnmatch
+from pathlib import Path
+from typing import Any, Iterable
+
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+import yaml
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from .schema import CHOICES, Config
+
+SCHEMA_NAME = "martingale_schema"
+
+ConfigStore.instance().store(name=SCHEMA_NAME, node=Config)
+
+
+class ComposeError(ValueError):
+    """A config that cannot be composed. ``key``: the key at fault; ``reason``: one line."""
+
+    def __init__(self, key: str, reason: str):
+        self.key = key
+        self.reason = reason
+        super().__init__(f"{key}: {reason}")
+
+
+def _first_line(text: str) -> str:
+    for line in str(text).splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def one_line(exc: BaseException | str) -> str:
+    """One line saying what is wrong, from an (often multi-line, chained) Hydra/OmegaConf error.
+
+    Hydra wraps the useful OmegaConf message ("Value 'fast' ... could not be converted to Float",
+    "Key 'foo' not in 'StageConfig'") in a generic one ("Error merging override ..."): take the
+    innermost specific message, and say "unknown key" plainly.
+    """
+    if isinstance(exc, str):
+        return _first_line(exc) or "error"
+    chain: list[BaseException] = []
+    x: BaseException | None = exc
+    while x is not None and x not in chain:
+        chain.append(x)
+        x = x.__cause__ or x.__context__
+    lines = [_first_line(str(c)) for c in chain]
+    lines = [ln for ln in lines if ln and "$VALUE" not in ln]
+    if not lines:
+        return type(exc).__name__
+    top = lines[0]
+    detail = next((ln for ln in lines[1:] if ln != top), None)
+    if detail and ("not in '" in detail or "not in struct" in detail):
+        return f"unknown key ({detail})"
+    if detail and (top.startswith("Error merging override") or top.startswith("Could not override")):
+        return detail
+    return top
+
+
+# --------------------------------------------------------------------------- override parsing
+
+_PARSER: OverridesParser | None = None
+
+
+def _parser() -> OverridesParser:
+    global _PARSER
+    if _PARSER is None:
+        _PARSER = OverridesParser.create()
+    return _PARSER
+
+
+def parse_override(text: str) -> Override:
+    """Parse one Hydra override; reject sweeps, deletions and additions (a knob changes a key)."""
+    if not isinstance(text, str) or "=" not in text:
+        raise ComposeError(str(text), "not an override: expected key=value")
+    key_guess = text.split("=", 1)[0].strip() or text
+    try:
+        ov = _parser().parse_override(text)
+    except Exception as e:  # hydra's OverrideParseException
+        raise ComposeError(key_guess, f"cannot parse override {text!r}: {one_line(e)}") from None
+    key = ov.key_or_group
+    if ov.is_sweep_override():
+        raise ComposeError(key, f"a sweep ({text!r}) is several overrides; a knob is exactly one")
+    if ov.is_delete() or ov.is_add() or ov.is_force_add():
+        raise ComposeError(key, f"{text!r}: a knob sets an existing key (no ~, + or ++)")
+    if ov.package:
+        raise ComposeError(key, f"{text!r}: package overrides (@) are not supported")
+    return ov
+
+
+def override_key(text: str) -> str:
+    return parse_override(text).key_or_group
+
+
+# --------------------------------------------------------------------------- validation
+
+def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if isinstance(d, dict):
+        for k, v in d.items():
+            key = f"{prefix}.{k}" if prefix else str(k)
+            if isinstance(v, dict):
+                out.update(flatten(v, key))
+            else:
+                out[key] = v
+    return out
+
+
+def check_choices(resolved: dict) -> None:
+    """Every key named in ``CHOICES`` (``*`` matches one level) must hold an allowed value."""
+    flat = flatten(resolved)
+    for pattern, allowed in CHOICES.items():
+        for key, value in flat.items():
+            if key == pattern or ("*" in pattern and fnmatch.fnmatchcase(key, pattern)
+                                  and key.count(".") == pattern.count(".")):
+                if value not in allowed:
+                    shown = ", ".join("null" if a is None else str(a) for a in allowed)
+                    raise ComposeError(key, f"{value!r} is not one of: {shown}")
+    seeds = resolved.get("seeds")
+    if not seeds:
+        raise ComposeError("seeds", "needs at least one seed")
+    if len(set(seeds)) != len(seeds):
+        raise ComposeError("seeds", f"repeated seed in {seeds}")
+
+
+def to_dict(cfg: DictConfig) -> dict:
+    try:
+        return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)  # type: ignore[return-value]
+    except Exception as e:
+        key = getattr(e, "full_key", None) or "config"
+        raise ComposeError(str(key), one_line(e)) from None
+
+
+# --------------------------------------------------------------------------- Hydra (reference)
+
+_INIT_DIR: str | None = None
+
+
+def _ensure_hydra(conf_dir: Path | str) -> None:
+    """Initialise Hydra once per config folder (kept initialised: it is global state)."""
+    global _INIT_DIR
+    conf_dir = str(Path(conf_dir).resolve())
+    gh = GlobalHydra.instance()
+    if _INIT_DIR == conf_dir and gh.is_initialized():
+        return
+    if gh.is_initialized():
+        gh.clear()
+    initialize_config_dir(config_dir=conf_dir, version_base=None)
+    _INIT_DIR = conf_dir
+
+
+def _hydra_error(e: BaseException, overrides: list[str]) -> ComposeError:
+    msg = one_line(e)
+    key = getattr(e, "full_key", None)
+    if not key:
+        for ov in overrides:
+            k = ov.split("=", 1)[0].lstrip("+~")
+            if f"'{k}'" in str(e) or k in str(e):
+                key = k
+                break
+    return ComposeError(str(key or "config"), msg)
+
+
+def compose_cfg(overrides: list[str], conf_dir: Path | str) -> DictConfig:
+    """Hydra compose of conf_dir/config.yaml with the overrides: the structured DictConfig."""
+    _ensure_hydra(conf_dir)
+    try:
+        return hydra_compose(config_name="config", overrides=list(overrides))
+    except Exception as e:
+        raise _hydra_error(e, list(overrides)) from None
+
+
+_COMPOSE_CACHE: dict[tuple[str, tuple[str, ...]], dict] = {}
+
+
+def compose(overrides: Iterable[str], conf_dir: Path | str) -> dict:
+    """Reference compose through Hydra: a plain, resolved, validated dict (cached per override tuple)."""
+    overrides = tuple(overrides)
+    key = (str(Path(conf_dir).resolve()), overrides)
+    if key not in _COMPOSE_CACHE:
+        for ov in overrides:
+            parse_override(ov)
+        resolved = to_dict(compose_cfg(list(overrides), conf_dir))
+        check_choices(resolved)
+        _COMPOSE_CACHE[key] = resolved
+    return copy.deepcopy(_COMPOSE_CACHE[key])
+
+
+# --------------------------------------------------------------------------- fast path
+
+# Hydra-composed bases, pickled (unpickling is ~4x faster than deepcopy), keyed by the content of
+# the conf/ folder (every yaml but runs/) and the group choices: a Hydra compose costs ~0.1 s.
+_BASES: dict[tuple[str, tuple], bytes] = {}
+
+
+def _conf_digest(conf_dir: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(conf_dir.rglob("*")):
+        rel = p.relative_to(conf_dir)
+        if p.is_file() and rel.parts[0] != "runs" and p.suffix in (".yaml", ".yml"):
+            h.update(str(rel).encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _default_choices(conf_dir: Path) -> dict[str, str]:
+    """Group choices named in config.yaml's defaults list (``- elicit: samemode``)."""
+    try:
+        data = yaml.safe_load((conf_dir / "config.yaml").read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return {}
+    out: dict[str, str] = {}
+    for item in data.get("defaults") or []:
+        if isinstance(item, dict):
+            for g, c in item.items():
+                if isinstance(g, str) and isinstance(c, str) and not g.startswith(("override ", "/")):
+                    out[g] = c
+    return out
+
+
+class Composer:
+    """Compose many override lists quickly; same semantics as :func:`compose`.
+
+    ``groups``: the config-group folders of conf_dir (every sub-folder but ``runs``). A lineage's
+    overrides are split into group choices (last one wins, as in Hydra) and key overrides (applied
+    in order after composition, as in Hydra).
+    """
+
+    def __init__(self, conf_dir: Path | str):
+        self.conf_dir = Path(conf_dir).resolve()
+        self.groups = {
+            p.name: sorted({f.stem for f in p.iterdir() if f.suffix in (".yaml", ".yml")})
+            for p in self.conf_dir.iterdir() if p.is_dir() and p.name != "runs"
+        }
+        self._digest = _conf_digest(self.conf_dir)
+        self._defaults = _default_choices(self.conf_dir)
+        self._cache: dict[tuple[str, ...], dict] = {}
+        self._base_infos: dict[tuple, tuple[DictConfig, dict, bool]] = {}
+        self._values: dict[tuple, Any] = {}
+        self._parsed: dict[str, Override] = {}
+
+    def parse(self, text: str) -> Override:
+        ov = self._parsed.get(text)
+        if ov is None:
+            ov = parse_override(text)
+            if ov.key_or_group in self.groups:
+                choice = ov.value()
+                if not isinstance(choice, str) or choice not in self.groups[ov.key_or_group]:
+                    opts = ", ".join(self.groups[ov.key_or_group])
+                    raise ComposeError(ov.key_or_group,
+                                       f"no option {choice!r} in conf/{ov.key_or_group}/ (choose from: {opts})")
+            self._parsed[text] = ov
+        return ov
+
+    def is_group(self, text: str) -> bool:
+        return self.parse(text).key_or_group in self.groups
+
+    def base(self, group_choices: tuple[tuple[str, str], ...]) -> DictConfig:
+        """A fresh copy of the Hydra-composed config for one combination of group choices."""
+        # a choice equal to config.yaml's default composes the same config: drop it
+        group_choices = tuple((g, c) for g, c in group_choices if self._defaults.get(g) != c)
+        key = (self._digest, group_choices)
+        blob = _BASES.get(key)
+        if blob is None:
+            blob = pickle.dumps(compose_cfg([f"{g}={c}" for g, c in group_choices], self.conf_dir))
+            _BASES[key] = blob
+        return pickle.loads(blob)
+
+    def apply(self, cfg: DictConfig, overrides: list[str]) -> DictConfig:
+        """Apply key=value overrides (not group choices) to cfg in place, as Hydra does."""
+        for text in overrides:
+            ov = self.parse(text)
+            try:
+                ConfigLoaderImpl._apply_overrides_to_config([ov], cfg)
+            except Exception as e:
+                raise ComposeError(ov.key_or_group, one_line(e)) from None
+        return cfg
+
+    def split(self, overrides: list[str]) -> tuple[tuple[tuple[str, str], ...], list[str]]:
+        """(group choices, last one wins; sorted) and the key overrides in order."""
+        groups: dict[str, str] = {}
+        keys: list[str] = []
+        for text in overrides:
+            ov = self.parse(text)
+            if ov.key_or_group in self.groups:
+                groups[ov.key_or_group] = ov.value()
+            else:
+                keys.append(text)
+        return tuple(sorted(groups.items())), keys
+
+    def compose_cfg(self, overrides: list[str]) -> DictConfig:
+        """The structured DictConfig (slow path: a copy of the base plus every key override)."""
+        groups, keys = self.split(overrides)
+        return self.apply(self.base(groups), keys)
+
+    # ---- fast path on plain dicts -------------------------------------------------------------
+    # A key override's value, once converted by the schema node it targets, does not depend on
+    # the rest of the config (types are fixed by the schema; lists are replaced, not merged). So
+    # each distinct override is validated once on a scratch copy of its base, and a run's config is
+    # its base's resolved dict with those converted values set in order. Overrides that merge a
+    # mapping or hold an interpolation, and bases whose interpolations point at config keys, take
+    # the slow path, so the result is always what Hydra composes.
+
+    def _base_info(self, groups: tuple[tuple[str, str], ...]) -> tuple[DictConfig, dict, bool]:
+        info = self._base_infos.get(groups)
+        if info is None:
+            scratch = self.base(groups)
+            resolved = to_dict(scratch)
+            raw = OmegaConf.to_container(scratch, resolve=False)
+            refs = re.findall(r"\$\{([^}]*)\}", json.dumps(raw))
+            key_refs = any(":" not in r for r in refs)   # ${a.b} (not a resolver like ${oc.env:X})
+            info = self._base_infos[groups] = (scratch, resolved, key_refs)
+        return info
+
+    def _converted(self, groups: tuple[tuple[str, str], ...], text: str) -> tuple[list[str], Any] | None:
+        """(key path, converted value) of a key override, or None when it needs the slow path."""
+        cache_key = (groups, text)
+        if cache_key in self._values:
+            return self._values[cache_key]
+        ov = self.parse(text)
+        value = ov.value()
+        result = None
+        if not isinstance(value, dict) and "${" not in json.dumps(value, default=str):
+            scratch = self._base_info(groups)[0]
+            self.apply(scratch, [text])  # raises ComposeError naming the key
+            node = OmegaConf.select(scratch, ov.key_or_group, throw_on_missing=True)
+            if isinstance(node, (DictConfig,)):
+                result = None
+            else:
+                if isinstance(node, ListConfig):
+                    node = OmegaConf.to_container(node, resolve=True)
+                result = (ov.key_or_group.split("."), node)
+        self._values[cache_key] = result
+        return result
+
+    def compose(self, overrides: Iterable[str]) -> dict:
+        """Resolved, validated plain dict (cached per override tuple; do not mutate it)."""
+        key = tuple(overrides)
+        resolved = self._cache.get(key)
+        if resolved is None:
+            groups, keys = self.split(list(key))
+            groups = tuple((g, c) for g, c in groups if self._defaults.get(g) != c)
+            _, base_resolved, key_refs = self._base_info(groups)
+            converted = [None] if key_refs else [self._converted(groups, t) for t in keys]
+            if any(c is None for c in converted):
+                resolved = to_dict(self.compose_cfg(list(key)))
+            else:
+                resolved = base_resolved
+                for path, value in converted:  # type: ignore[misc]
+                    resolved = _set_path(resolved, path, value)
+            check_choices(resolved)
+            self._cache[key] = resolved
+        return resolved
+
+
+def _set_path(d: dict, path: list[str], value: Any) -> dict:
+    """A copy of d with d[path] = value; only the dicts along the path are copied."""
+    out = dict(d)
+    if len(path) == 1:
+        out[path[0]] = copy.deepcopy(value) if isinstance(value, (list, dict)) else value
+    else:
+        out[path[0]] = _set_path(d[path[0]], path[1:], value)
+    return out

@@ -1,0 +1,84 @@
+"""Atomic writes: a reader sees the old file or the complete new one, never a half-written one."""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import yaml
+
+
+def _finite(obj: Any) -> Any:
+    """NaN and ±inf become null: JSON has no NaN, and a missing number must not look like one."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def canonical_json(obj: Any) -> str:
+    """JSON with sorted keys and a trailing newline: the same object always gives the same bytes."""
+    return json.dumps(_finite(obj), sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def write_text(path: Path | str, text: str) -> None:
+    """Write text to path via a temp file in the same folder and an atomic rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(path: Path | str, obj: Any) -> None:
+    write_text(path, canonical_json(obj))
+
+
+def write_yaml(path: Path | str, obj: Any) -> None:
+    write_text(path, yaml.safe_dump(obj, sort_keys=True, allow_unicode=True))
+
+
+def write_jsonl(path: Path | str, rows: list[dict]) -> None:
+    write_text(path, "".join(json.dumps(_finite(r), sort_keys=True, ensure_ascii=False) + "\n" for r in rows))
+
+
+def read_json(path: Path | str) -> Any:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def read_jsonl(path: Path | str) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+@contextlib.contextmanager
+def atomic_dir(path: Path | str) -> Iterator[Path]:
+    """Yield a temp folder beside ``path``; on success it replaces ``path`` in one rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

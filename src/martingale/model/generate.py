@@ -1,0 +1,61 @@
+"""Sampling completions, greedy one-token reads, and completion log-probs for a batch of prompts."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class Batch:
+    """Prompt + completion token ids, left-padded prompts, right-padded completions."""
+    input_ids: torch.Tensor       # [B, T]
+    attention_mask: torch.Tensor  # [B, T]
+    completion_mask: torch.Tensor # [B, T] 1 on completion tokens (incl. the eos), 0 elsewhere
+    texts: list[str]              # decoded completions
+
+
+@torch.no_grad()
+def sample(model, tokenizer, prompts: list[str], max_new_tokens: int, temperature: float,
+           seed: int) -> Batch:
+    """Sample one completion per prompt (temperature 0 = greedy), seeded for determinism."""
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    torch.manual_seed(seed)
+    kwargs = dict(do_sample=temperature > 0, max_new_tokens=max_new_tokens,
+                  pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    if temperature > 0:
+        kwargs.update(temperature=float(temperature), top_k=0, top_p=1.0)
+    out = model.generate(**enc, **kwargs)
+    prompt_len = enc["input_ids"].shape[1]
+    completion = out[:, prompt_len:]
+    # Everything after the first eos is padding.
+    is_eos = completion == tokenizer.eos_token_id
+    after_eos = (is_eos.cumsum(dim=1) - is_eos.long()) > 0
+    comp_mask = (~after_eos) & (completion != tokenizer.pad_token_id)
+    completion = completion.masked_fill(~comp_mask, tokenizer.pad_token_id)
+    input_ids = torch.cat([enc["input_ids"], completion], dim=1)
+    attention = torch.cat([enc["attention_mask"], comp_mask.long()], dim=1)
+    cmask = torch.cat([torch.zeros_like(enc["attention_mask"]), comp_mask.long()], dim=1)
+    texts = tokenizer.batch_decode(completion, skip_special_tokens=True)
+    return Batch(input_ids, attention, cmask, texts)
+
+
+def token_logprobs(model, batch: Batch) -> torch.Tensor:
+    """log π(token | prefix) at every position (0 where not a completion token), shape [B, T]."""
+    ids, attn = batch.input_ids, batch.attention_mask
+    position_ids = (attn.cumsum(dim=1) - 1).clamp(min=0)
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids).logits[:, :-1]
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    tok = logp.gather(-1, ids[:, 1:, None]).squeeze(-1)
+    tok = F.pad(tok, (1, 0))
+    return tok * batch.completion_mask
+
+
+@torch.no_grad()
+def greedy_next(model, tokenizer, texts: list[str], max_new_tokens: int = 1) -> list[str]:
+    """Greedy continuation of each text (a judge's read), decoded."""
+    enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    out = model.generate(**enc, do_sample=False, max_new_tokens=max_new_tokens,
+                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    return tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)

@@ -1,0 +1,1 @@
+"""Per-run results: gather a run's stage evals into results/<run-id>/."""

@@ -1,0 +1,75 @@
+"""What every stage shares: seeding, the world, and the supervised next-token loop (pretrain, distill)."""
+from __future__ import annotations
+
+import logging
+import math
+import random
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from ..world.synthetic import SyntheticWorld
+
+log = logging.getLogger("martingale")
+
+
+class StageError(RuntimeError):
+    """A stage cannot go on (NaN loss, unparseable start model, ...): the message says why."""
+
+
+def seed_everything(seed: int) -> None:
+    """Wire one seed into python, numpy and torch; single-threaded determinism on CPU."""
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def make_world(world_cfg: dict[str, Any]) -> SyntheticWorld:
+    if world_cfg.get("name", "synthetic") != "synthetic":
+        raise StageError(f"world={world_cfg.get('name')!r}: only the embedded synthetic world is built")
+    return SyntheticWorld(world_cfg)
+
+
+def encode_pairs(tokenizer, pairs: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
+    """Tokenise (prompt, completion) pairs; labels only on completion tokens, right-padded."""
+    prompts = tokenizer([p for p, _ in pairs], add_special_tokens=False)["input_ids"]
+    comps = tokenizer([c for _, c in pairs], add_special_tokens=False)["input_ids"]
+    width = max(len(p) + len(c) for p, c in zip(prompts, comps))
+    ids = torch.full((len(pairs), width), tokenizer.pad_token_id, dtype=torch.long)
+    labels = torch.full_like(ids, -100)
+    attn = torch.zeros_like(ids)
+    for i, (p, c) in enumerate(zip(prompts, comps)):
+        n = len(p) + len(c)
+        ids[i, :n] = torch.tensor(p + c)
+        labels[i, len(p):n] = torch.tensor(c)
+        attn[i, :n] = 1
+    return {"input_ids": ids, "attention_mask": attn, "labels": labels}
+
+
+def supervised_loop(model, tokenizer, next_pairs: Callable[[int], list[tuple[str, str]]],
+                    steps: int, lr: float, warmup: int, on_step: Callable[[int, float], None] | None = None,
+                    params=None) -> float:
+    """AdamW with warmup + cosine decay on completion-token cross-entropy; returns the final loss."""
+    params = [p for p in (params or model.parameters()) if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / max(1, warmup)) * 0.5 * (1 + math.cos(math.pi * s / steps)))
+    model.train()
+    loss_value = float("nan")
+    for step in range(steps):
+        batch = encode_pairs(tokenizer, next_pairs(step))
+        loss = model(**batch).loss
+        if not torch.isfinite(loss):
+            raise StageError(f"loss is {loss.item()} at step {step}: stopping (lower the lr?)")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        loss_value = float(loss)
+        if on_step is not None:
+            on_step(step, loss_value)
+    model.eval()
+    return loss_value

@@ -1,0 +1,63 @@
+"""Stage pretrain: the embedded natural model, trained on calibrated traces, snap answers and reads.
+
+The calibrated (Bayes) reasoner writes every trace; snap answers come from the gut functional;
+reads teach the model to state the belief a partial trace has reached (the self judge's skill).
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import io
+from ..model.load import build_tiny, save
+from ..model.tokenizer import build_tokenizer
+from ..world import traces
+from .common import log, make_world, seed_everything, supervised_loop
+
+
+def mixture(world, rng: np.random.Generator, n: int, cfg: dict[str, Any],
+            agree: float = 1.0, disagree: float = 1.0, jitter: float = 0.0) -> list[tuple[str, str]]:
+    """n (prompt, completion) pairs: reasoned traces, snap answers and partial-trace reads."""
+    questions = world.sample(n, rng, "pt")
+    pairs = []
+    for q in questions:
+        if rng.random() < cfg["negation_fraction"]:
+            q = q.negation()
+        u = rng.random()
+        trace, _ = traces.reasoned(world, q, rng, agree, disagree, jitter)
+        if u < cfg["snap_fraction"]:
+            completion = traces.snap(world, q, rng)
+        elif u < cfg["snap_fraction"] + cfg["read_fraction"]:
+            completion = traces.read(trace, int(rng.integers(0, world.n_clues + 1)), world.unit)
+        else:
+            completion = trace
+        pairs.append((traces.prompt(q), completion))
+    return pairs
+
+
+def run(cfg: dict[str, Any], out_dir: Path) -> None:
+    p = cfg["pretrain"]
+    seed_everything(int(p["seed"]))
+    world = make_world(cfg["world"])
+    tokenizer = build_tokenizer(traces.vocabulary(world.n_types))
+    model = build_tiny(cfg["model"], tokenizer)
+    rng = np.random.default_rng([int(p["seed"]), 7])
+    t0 = time.time()
+    history: list[dict] = []
+
+    def on_step(step: int, loss: float) -> None:
+        if step % 100 == 0 or step == p["steps"] - 1:
+            log.info("pretrain step %d loss %.4f (%.0fs)", step, loss, time.time() - t0)
+            history.append({"step": step, "loss": round(loss, 6)})
+
+    final = supervised_loop(model, tokenizer, lambda s: mixture(world, rng, p["batch_size"], p),
+                            steps=int(p["steps"]), lr=float(p["lr"]), warmup=int(p["warmup"]),
+                            on_step=on_step)
+    with io.atomic_dir(out_dir) as tmp:
+        save(model, tokenizer, tmp)
+        io.write_json(tmp / "stage.json", {"kind": "pretrain", "final_loss": round(final, 6),
+                                           "parameters": sum(x.numel() for x in model.parameters()),
+                                           "history": history})

@@ -1,0 +1,1 @@
+"""Question sources. ``synthetic`` is the embedded world with an exact Bayes oracle."""

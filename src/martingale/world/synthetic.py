@@ -1,0 +1,98 @@
+"""A synthetic forecasting world whose exact Bayesian belief after any prefix of clues is known.
+
+A question lists ``clues_per_question`` clues drawn i.i.d. from P(clue | y). Each clue type has a
+fixed log-likelihood ratio llr = log P(c | y=1) / P(c | y=0), so the Bayes belief after k clues is
+sigmoid(logit(base_rate) + Σ_{i<k} llr[c_i]). A negated question asks the opposite (y' = 1 − y):
+every log-odds flips sign. Reasoning matters: the clue table lives only in the model's weights, and
+a reasoner recalls one llr per step; a one-pass ("snap") answer is a different, gut functional.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.special import expit, logit
+
+
+@dataclass(frozen=True)
+class Question:
+    qid: str
+    clues: tuple[int, ...]
+    y: int                  # resolution of the question as asked (already flipped if negated)
+    negated: bool = False
+
+    def negation(self) -> "Question":
+        """The same evidence, asked the other way round: y' = 1 − y."""
+        suffix = "~" if not self.negated else ""
+        qid = self.qid[:-1] if self.negated else self.qid + suffix
+        return Question(qid, self.clues, 1 - self.y, not self.negated)
+
+
+class SyntheticWorld:
+    """Clue likelihood table + seeded question splits + the exact Bayes oracle."""
+
+    def __init__(self, cfg: dict[str, Any]):
+        self.cfg = cfg
+        self.base_rate = float(cfg["base_rate"])
+        self.n_types = int(cfg["n_clue_types"])
+        self.n_clues = int(cfg["clues_per_question"])
+        self.unit = float(cfg["logodds_unit"])
+        self.max_step = int(cfg["max_step"])
+        rng = np.random.default_rng([int(cfg["seed"]), 0])
+        alpha = np.full(self.n_types, float(cfg["dirichlet_alpha"]))
+        self.p1 = rng.dirichlet(alpha)
+        self.p0 = rng.dirichlet(alpha)
+        self.llr = np.log(self.p1 / self.p0)
+        self.prior_logodds = float(logit(self.base_rate))
+        # The gut (snap) functional counts clues for and against at the average clue strength.
+        mix = self.base_rate * self.p1 + (1 - self.base_rate) * self.p0
+        self.gut_weight = float(np.sum(mix * np.abs(self.llr)))
+
+    # -- questions -------------------------------------------------------------------------
+    def sample(self, n: int, rng: np.random.Generator, prefix: str) -> list[Question]:
+        ys = (rng.random(n) < self.base_rate).astype(int)
+        out = []
+        for i, y in enumerate(ys):
+            probs = self.p1 if y else self.p0
+            clues = tuple(int(c) for c in rng.choice(self.n_types, size=self.n_clues, p=probs))
+            out.append(Question(f"{prefix}{i:05d}", clues, int(y)))
+        return out
+
+    def splits(self) -> tuple[list[Question], list[Question]]:
+        """Seeded train and held-out sets; no held-out question repeats a train question's clues."""
+        seed = int(self.cfg["seed"])
+        train = self.sample(int(self.cfg["n_train"]), np.random.default_rng([seed, 1]), "tr")
+        seen = {q.clues for q in train}
+        rng = np.random.default_rng([seed, 2])
+        heldout: list[Question] = []
+        while len(heldout) < int(self.cfg["n_heldout"]):
+            for q in self.sample(int(self.cfg["n_heldout"]), rng, "ho"):
+                if q.clues not in seen and len(heldout) < int(self.cfg["n_heldout"]):
+                    seen.add(q.clues)
+                    heldout.append(Question(f"ho{len(heldout):05d}", q.clues, q.y))
+        return train, heldout
+
+    # -- the oracle ------------------------------------------------------------------------
+    def bayes_logodds(self, q: Question, k: int | None = None) -> float:
+        """Exact log-odds of the question after its first k clues (all when k is None)."""
+        clues = q.clues if k is None else q.clues[:k]
+        lo = self.prior_logodds + float(sum(self.llr[c] for c in clues))
+        return -lo if q.negated else lo
+
+    def bayes(self, q: Question, k: int | None = None) -> float:
+        """Exact Bayes probability that the question resolves yes after its first k clues."""
+        return float(expit(self.bayes_logodds(q, k)))
+
+    def step_units(self, clue: int, negated: bool) -> int:
+        """A clue's llr in integer units of ``logodds_unit``, as a calibrated reasoner writes it."""
+        units = int(np.clip(np.rint(self.llr[clue] / self.unit), -self.max_step, self.max_step))
+        return -units if negated else units
+
+    def prior_units(self, negated: bool) -> int:
+        units = int(np.rint(self.prior_logodds / self.unit))
+        return -units if negated else units
+
+    def constant_brier(self) -> float:
+        """Brier of always predicting the base rate: r(1 − r)."""
+        return self.base_rate * (1 - self.base_rate)

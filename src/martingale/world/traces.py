@@ -1,0 +1,87 @@
+"""Trace policies that write reasoning as text, and the text format every model reads and writes.
+
+A prompt lists the clues: ``Q [not] c7 c12 ... ?``. A reasoned completion starts from the prior
+log-odds and, clue by clue, writes the clue, its log-odds step and the running total (integer
+units of ``logodds_unit``), then states ``P = 0.xx``: ``think -3 c7 +2 -> -1 c12 -4 -> -5 ... P = 0.08 end``.
+A snap completion states a number with no reasoning: ``snap P = 0.35 end``. A read asks for the
+belief a partial trace has reached: ``<prompt> think ... c12 -4 -> -5 read P = 0.21 end``.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import expit
+
+from .synthetic import Question, SyntheticWorld
+
+MAX_TOTAL = 40  # |running total| cap, in units
+
+
+def fmt_int(v: int) -> str:
+    return f"{v:+d}" if v else "0"
+
+
+def fmt_p(p: float) -> str:
+    return f"{min(max(p, 0.0), 1.0):.2f}"
+
+
+def prompt(q: Question) -> str:
+    return " ".join(["Q"] + (["not"] if q.negated else []) + [f"c{c}" for c in q.clues] + ["?"])
+
+
+def units_to_p(units: int, unit: float) -> float:
+    return float(expit(units * unit))
+
+
+def reasoned(world: SyntheticWorld, q: Question, rng: np.random.Generator | None = None,
+             agree: float = 1.0, disagree: float = 1.0, jitter: float = 0.0) -> tuple[str, list[int]]:
+    """A reasoned completion and its running totals. agree = disagree = 1: the calibrated reasoner.
+
+    The confirmation-biased reasoner multiplies a clue's step by ``agree`` when it points the way
+    the running total already leans and by ``disagree`` when it points against it.
+    """
+    total = world.prior_units(q.negated)
+    words, totals = ["think", fmt_int(total)], [total]
+    for c in q.clues:
+        step = world.step_units(c, q.negated)
+        lean = np.sign(total)
+        if lean != 0 and step != 0 and (agree != 1.0 or disagree != 1.0):
+            w = agree if np.sign(step) == lean else disagree
+            if jitter and rng is not None:
+                w = max(0.0, w + jitter * rng.standard_normal())
+            step = int(np.rint(step * w))
+        total = int(np.clip(total + step, -MAX_TOTAL, MAX_TOTAL))
+        words += [f"c{c}", fmt_int(step), "->", fmt_int(total)]
+        totals.append(total)
+    words += ["P", "=", fmt_p(units_to_p(total, world.unit)), "end"]
+    return " ".join(words), totals
+
+
+def snap(world: SyntheticWorld, q: Question, rng: np.random.Generator) -> str:
+    """A gut answer: clues for minus clues against at the average strength, plus per-draw noise."""
+    sign = -1.0 if q.negated else 1.0
+    votes = sum(np.sign(world.llr[c]) for c in q.clues)
+    lo = sign * (world.prior_logodds + world.gut_weight * votes)
+    lo += float(world.cfg["snap_noise"]) * rng.standard_normal()
+    return f"snap P = {fmt_p(float(expit(lo)))} end"
+
+
+def cut_steps(trace_words: list[str], k: int) -> list[str]:
+    """The first k steps of a reasoned completion (``think t0`` + k × ``c s -> t``)."""
+    return trace_words[: 2 + 4 * k]
+
+
+def read(trace: str, k: int, unit: float) -> str:
+    """A read example: the trace cut after k steps, then the belief it has reached."""
+    words = trace.split()
+    head = cut_steps(words, k)
+    total = int(head[-1])
+    return " ".join(head + ["read", "P", "=", fmt_p(units_to_p(total, unit)), "end"])
+
+
+def vocabulary(n_clue_types: int) -> list[str]:
+    """Every word a prompt or completion can contain (the word-level tokenizer's vocabulary)."""
+    words = ["Q", "not", "?", "think", "snap", "read", "->", "P", "=", "end"]
+    words += [f"c{i}" for i in range(n_clue_types)]
+    words += [fmt_int(v) for v in range(-MAX_TOTAL, MAX_TOTAL + 1)]
+    words += [f"{i / 100:.2f}" for i in range(101)]
+    return words

@@ -1,0 +1,29 @@
+"""Shared fixtures: default configs and an untrained tiny model saved the way stages save one."""
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from martingale.config.schema import Config
+
+
+@pytest.fixture(scope="session")
+def default_cfg() -> dict:
+    cfg = OmegaConf.to_container(OmegaConf.structured(Config), resolve=True)
+    cfg["world"].update(n_train=32, n_heldout=32)
+    cfg["model"].update(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
+    return cfg
+
+
+@pytest.fixture(scope="session")
+def untrained_model(tmp_path_factory, default_cfg) -> Path:
+    from martingale.model.load import build_tiny, save
+    from martingale.model.tokenizer import build_tokenizer
+    from martingale.world import traces
+    tok = build_tokenizer(traces.vocabulary(default_cfg["world"]["n_clue_types"]))
+    import torch
+    torch.manual_seed(0)
+    model = build_tiny(default_cfg["model"], tok)
+    out = tmp_path_factory.mktemp("untrained")
+    save(model, tok, out)
+    return out

@@ -1,0 +1,99 @@
+"""The martingale command: new, show, diff, check, table, plan."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from martingale.cli import app
+
+from projcopy import REPO, proj, snapshot, write_run  # noqa: F401 (proj: fixture)
+
+runner = CliRunner()
+
+
+def cli(root, *args):
+    return runner.invoke(app, ["--root", str(root), *args])
+
+
+def test_help_works_on_every_command():
+    for cmd in ([], ["new"], ["show"], ["diff"], ["check"], ["table"], ["plan"]):
+        res = runner.invoke(app, [*cmd, "--help"])
+        assert res.exit_code == 0 and "Usage" in res.output, cmd
+
+
+def test_new_writes_the_run_file_when_the_tree_validates(proj):
+    res = cli(proj, "new", "A-on-D-lr", "--parent", "A-on-D", "--knob", "stages.s1.lr=1e-3",
+              "--question", "slower?", "--claims", "C1,C2")
+    assert res.exit_code == 0, res.output
+    text = (proj / "conf/runs/A-on-D-lr.yaml").read_text()
+    assert "parent: A-on-D" in text and "knob: stages.s1.lr=1e-3" in text and "C2" in text
+    assert cli(proj, "check").output.strip() == "16 runs OK"
+
+
+def test_new_with_a_bad_knob_exits_1_and_writes_nothing(proj):
+    before = snapshot(proj)
+    res = cli(proj, "new", "x", "--parent", "base", "--knob", "stages.s1.lr=fast")
+    assert res.exit_code == 1
+    assert "conf/runs/x.yaml: stages.s1.lr:" in res.output
+    assert snapshot(proj) == before
+
+
+def test_new_refuses_to_overwrite_an_existing_run(proj):
+    before = snapshot(proj)
+    res = cli(proj, "new", "D", "--parent", "base", "--knob", "seeds=[1,2]")
+    assert res.exit_code == 1 and "already exists" in res.output
+    assert snapshot(proj) == before
+
+
+def test_check_prints_the_number_of_runs():
+    res = cli(REPO, "check")
+    assert res.exit_code == 0 and res.output.strip() == "15 runs OK"
+
+
+def test_check_exits_1_with_the_one_line_error(proj):
+    write_run(proj, "x.yaml", "parent: base\nknob: stages.s1.reward=A stages.s2.reward=A\n")
+    res = cli(proj, "check")
+    assert res.exit_code == 1
+    assert res.output.strip().startswith("error: conf/runs/x.yaml: knob: more than one override")
+    assert len(res.output.strip().splitlines()) == 1
+
+
+def test_show_prints_lineage_overrides_and_resolved_config():
+    res = cli(REPO, "show", "filter-s2only")
+    assert res.exit_code == 0
+    assert "reliability-topquartile" in res.output
+    assert "start=D stages.s1.reward=A" in res.output
+    assert "kl_beta" in res.output
+
+
+def test_diff_names_the_common_ancestor_the_knobs_and_the_differing_keys():
+    res = cli(REPO, "diff", "filter-s2only", "judge-samemode-BP")
+    assert res.exit_code == 0
+    assert "common ancestor: D" in res.output
+    assert "elicit=snap" in res.output and "stages.s1.filter=null" in res.output
+    assert "stages.s2.filter" in res.output and "stages.s1.reward" not in res.output.split("config keys")[-1]
+
+
+def test_show_of_an_unknown_run_exits_1():
+    res = cli(REPO, "show", "nope")
+    assert res.exit_code == 1 and "unknown run 'nope'" in res.output
+
+
+def test_plan_prints_distinct_stages_against_the_naive_sum():
+    res = cli(REPO, "plan")
+    assert res.exit_code == 0
+    assert "15 runs: 44 distinct stages (naive per-run chains: 92)" in res.output
+
+
+def test_table_writes_runs_json_and_prints_its_path(proj):
+    res = cli(proj, "table")
+    assert res.exit_code == 0 and (proj / "runs.json").exists()
+
+
+def test_cli_start_up_does_not_import_torch_or_transformers():
+    code = ("import sys, martingale.cli, martingale.plan, martingale.table; "
+            "bad = [m for m in ('torch', 'transformers', 'peft', 'trl') if m in sys.modules]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)

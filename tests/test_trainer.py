@@ -1,0 +1,63 @@
+"""The policy-gradient trainer's guards: KL sign, advantage normalisation, NaN stops the stage."""
+import numpy as np
+import pytest
+import torch
+
+from martingale.stages import train
+from martingale.stages.common import StageError
+
+
+def test_kl_term_penalises_divergence_from_the_start_model():
+    ref = torch.log_softmax(torch.tensor([[1.0, 0.0, -1.0]]), -1)
+    logits = torch.tensor([[1.0, 0.0, -1.0]], requires_grad=True)
+    mask = torch.ones(1, 3)
+    zero_adv = torch.zeros(1)
+    same, kl_same = train.policy_loss(torch.log_softmax(logits, -1), ref, zero_adv, mask, beta=1.0)
+    moved = torch.log_softmax(logits + torch.tensor([[3.0, 0.0, 0.0]]), -1)
+    far, kl_far = train.policy_loss(moved, ref, zero_adv, mask, beta=1.0)
+    assert kl_same.item() == pytest.approx(0.0, abs=1e-7)
+    assert kl_far.item() > 0 and far.item() > same.item()
+
+
+def test_kl_gradient_pulls_the_policy_back_towards_the_start_model():
+    ref = torch.tensor([[-0.5, -1.5]])
+    logp = torch.tensor([[-2.0, -0.1]], requires_grad=True)
+    loss, _ = train.policy_loss(logp, ref, torch.zeros(1), torch.ones(1, 2), beta=1.0)
+    loss.backward()
+    # Lower loss means moving log π towards ref: the gradient points away from ref.
+    assert logp.grad[0, 0] < 0 and logp.grad[0, 1] > 0
+
+
+def test_positive_advantage_raises_the_sample_log_prob():
+    logp = torch.tensor([[-1.0]], requires_grad=True)
+    loss, _ = train.policy_loss(logp, logp.detach(), torch.tensor([1.0]), torch.ones(1, 1), beta=0.0)
+    loss.backward()
+    assert logp.grad.item() < 0
+
+
+def test_advantages_are_group_centred_batch_normalised_and_clipped():
+    r = np.array([1.0, 0.0, 5.0, 5.0, 0.0, 100.0])
+    g = np.array([0, 0, 1, 1, 2, 2])
+    a = train.advantages(r, g, clip=1.5)
+    assert a[2] == a[3] == 0.0          # no spread within a question: no signal
+    assert a[0] > 0 > a[1]
+    assert np.abs(a).max() <= 1.5
+
+
+def test_unparsed_sample_gets_the_worst_advantage():
+    a = train.advantages(np.array([0.2, np.nan, 0.1, 0.3]), np.zeros(4, int), clip=3.0)
+    assert a[1] == -3.0 and np.isfinite(a).all()
+
+
+def test_constant_rewards_give_zero_advantage():
+    assert np.all(train.advantages(np.ones(6), np.array([0, 0, 0, 1, 1, 1]), 3.0) == 0)
+
+
+def test_nan_loss_stops_the_stage_with_a_clear_error_and_writes_nothing(tmp_path, default_cfg, untrained_model):
+    stage = {**default_cfg["stages"]["s1"], "reward": "B", "kl_beta": float("nan"),
+             "batch_questions": 2, "generations": 2}
+    cfg = {"world": default_cfg["world"], "model": default_cfg["model"],
+           "elicit": {"mode": "samemode", "judge": "trace", "cut": 0.5}, "stage": stage, "seed": 1, "name": "s1"}
+    with pytest.raises(StageError, match=r"stages\.s1: loss is nan at step 0"):
+        train.run(cfg, untrained_model, untrained_model, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,81 @@
+# The plan, built once when the workflow is parsed, and the small named functions rules use.
+# A bad run file stops the parse here with one line: conf/runs/<file>: <key>: <what is wrong>.
+import sys
+from pathlib import Path
+
+from martingale.config.runs import RunError
+from martingale.plan import ID_PATTERN, STORE, Plan, stage_dir
+
+ROOT = Path(workflow.basedir)
+RUN_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+
+try:
+    PLAN = Plan.load(ROOT)
+except RunError as e:
+    sys.exit(f"martingale: {e}")
+
+
+def sid_pattern(kind):
+    """Wildcard constraint of a stage folder: ids of one kind only, so rules never collide."""
+    return f"{kind}-{ID_PATTERN}"
+
+
+def all_targets(wildcards):
+    """Every run not marked invalid: its eval.json; then the runs table."""
+    return [f"results/{run}/eval.json" for run in PLAN.active_run_ids()] + ["runs.json"]
+
+
+def stage_inputs(wildcards):
+    """Upstream stage folders by role (base_model, start_model, judge_model, model)."""
+    return {role: stage_dir(uid) for role, uid in PLAN.stages[wildcards.sid].inputs.items()}
+
+
+def stage_cfg(wildcards):
+    """The config slice that defines the stage: a param, so editing a knob reruns what it affects."""
+    return PLAN.stages[wildcards.sid].cfg
+
+
+def stage_threads(wildcards):
+    return PLAN.stages[wildcards.sid].resources["threads"]
+
+
+def stage_mem_mb(wildcards):
+    return PLAN.stages[wildcards.sid].resources["mem_mb"]
+
+
+def stage_runtime(wildcards):
+    return PLAN.stages[wildcards.sid].resources["runtime"]
+
+
+def stage_gpu(wildcards):
+    return PLAN.stages[wildcards.sid].resources["gpu"]
+
+
+def run_eval_dirs(wildcards):
+    """The eval folders of one run (every stage, every seed)."""
+    return [e["dir"] for e in PLAN.evals(wildcards.run)]
+
+
+def run_config(wildcards):
+    return PLAN.resolved_config(wildcards.run)
+
+
+def run_lineage(wildcards):
+    return PLAN.lineage(wildcards.run)
+
+
+def run_evals(wildcards):
+    return PLAN.evals(wildcards.run)
+
+
+def run_files(wildcards):
+    """The run files the table reads."""
+    return sorted(str(s.path.relative_to(ROOT)) for s in PLAN.tree.specs.values())
+
+
+def table_inputs(wildcards):
+    return run_files(wildcards) + [f"results/{run}/eval.json" for run in PLAN.active_run_ids()]
+
+
+onstart:
+    PLAN.write_index(Path(STORE) / "index.json")

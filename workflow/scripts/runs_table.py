@@ -1,0 +1,13 @@
+"""Regenerate runs.json from the run files and the results: martingale.table.write_table(root)."""
+from pathlib import Path
+
+from martingale.smk import run_logged
+
+
+def main(smk):
+    from martingale.table import write_table
+
+    run_logged(smk, lambda: write_table(Path(smk.output[0]).resolve().parent))
+
+
+main(snakemake)  # noqa: F821 (injected by Snakemake)
