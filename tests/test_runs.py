@@ -168,3 +168,17 @@ def test_invalid_without_a_named_bug_is_rejected(proj):
 def test_bad_knob_deep_in_the_tree_names_its_own_file_not_its_descendants(proj):
     (proj / "conf" / "runs" / "D.yaml").write_text("parent: base\nknob: start=E\n")
     rejected(proj, "D.yaml", "start")
+
+
+def test_fast_composer_matches_hydra_on_tricky_override_lists():
+    cases = [
+        ["seeds=[1,2]", "seeds=[3]"],
+        ["elicit=snap", "elicit.judge=oracle", "elicit=samemode"],
+        ["stages.s1.reward=A", "stages.s1.reward=null"],
+        ["model=llama31_8b", "model.resources.gpus=4", "model=tiny"],
+        ["stages.s1={reward: A, lr: 0.1}", "stages.s1.epochs=2"],
+        ["model.lora_targets=[q_proj]", "stages.s2.balance=false", "eval.ci=0.9"],
+    ]
+    composer = Composer(REPO / "conf")
+    for overrides in cases:
+        assert composer.compose(overrides) == compose(overrides, REPO / "conf"), overrides

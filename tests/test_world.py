@@ -82,5 +82,5 @@ def test_every_word_of_every_policy_is_in_the_vocabulary(world):
         for n in (q, q.negation()):
             text, _ = traces.reasoned(world, n, rng, 1.8, 0.5, 0.3)
             words = traces.prompt(n).split() + text.split() + traces.snap(world, n, rng).split()
-            words += traces.read(text, 3, world.unit).split()
+            words += " ".join(traces.read(n, text, 3, world.unit)).split()
             assert set(words) <= vocab

@@ -13,7 +13,6 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from .config.compose import flatten
 from .config.runs import RunError, RunTree, display_path
 from .io import write_text
 
@@ -129,6 +128,8 @@ def diff(a: str = typer.Argument(..., help="Run-id A."), b: str = typer.Argument
         out.print(f"{common or 'root'} → {name}:", style="bold", markup=False)
         for k in knobs or ["(no knobs)"]:
             out.print(f"  {k}", markup=False)
+    from .config.compose import flatten
+
     fa, fb = flatten(tree.resolved_config(a)), flatten(tree.resolved_config(b))
     table = Table(title="config keys that differ")
     table.add_column("key")

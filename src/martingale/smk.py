@@ -6,7 +6,9 @@ runs table tells a crashed run from a queued one.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -39,3 +41,18 @@ def run_logged(snakemake: Any, body: Callable[[], Any]) -> Any:
 def inputs(snakemake: Any) -> dict[str, Path]:
     """Named inputs (role → upstream stage folder) as Paths."""
     return {k: Path(v) for k, v in snakemake.input.items()}
+
+
+def stage_run(kind: str) -> Callable[..., Any]:
+    """``martingale.stages.<kind>.run``, imported only inside the job (torch stays out of the parse).
+
+    ``MARTINGALE_STAGES`` names another package of stage bodies (the workflow tests use stubs).
+    """
+    package = os.environ.get("MARTINGALE_STAGES", "martingale.stages")
+    return importlib.import_module(f"{package}.{kind}").run
+
+
+def aggregate_fn() -> Callable[..., Any]:
+    """``martingale.records.aggregate.write_run_results`` (``MARTINGALE_AGGREGATE``: another module)."""
+    module = os.environ.get("MARTINGALE_AGGREGATE", "martingale.records.aggregate")
+    return importlib.import_module(module).write_run_results

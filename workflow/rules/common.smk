@@ -74,7 +74,11 @@ def run_files(wildcards):
 
 
 def table_inputs(wildcards):
-    return run_files(wildcards) + [f"results/{run}/eval.json" for run in PLAN.active_run_ids()]
+    """Run files and the results that exist: `snakemake runs.json` regenerates the table, it
+    does not build runs (their rows say queued). A vanished result changes this input set,
+    so the table step reruns and fails with its advice."""
+    evals = [f"results/{run}/eval.json" for run in sorted(PLAN.tree.specs)]
+    return run_files(wildcards) + [p for p in evals if (ROOT / p).exists()]
 
 
 onstart:

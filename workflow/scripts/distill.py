@@ -1,14 +1,18 @@
-"""Distill the biased start model D: martingale.stages.distill.run(cfg, base_model, out_dir)."""
+"""Stage script (thin): martingale.stages.distill.run(cfg, base_model, out_dir).
+
+Stage bodies are imported inside the job, so torch never loads while Snakemake parses.
+"""
 from pathlib import Path
 
-from martingale.smk import run_logged
+from martingale.smk import run_logged, stage_run
 
 
 def main(smk):
-    from martingale.stages import distill  # heavy imports only inside the job
+    def body():
+        run = stage_run("distill")
+        return run(dict(smk.params.cfg), Path(smk.input.base_model), Path(smk.output[0]))
 
-    run_logged(smk, lambda: distill.run(dict(smk.params.cfg), Path(smk.input.base_model),
-                                        Path(smk.output[0])))
+    run_logged(smk, body)
 
 
 main(snakemake)  # noqa: F821 (injected by Snakemake)

@@ -1,13 +1,18 @@
-"""Pretrain the embedded model: martingale.stages.pretrain.run(cfg, out_dir)."""
+"""Stage script (thin): martingale.stages.pretrain.run(cfg, out_dir).
+
+Stage bodies are imported inside the job, so torch never loads while Snakemake parses.
+"""
 from pathlib import Path
 
-from martingale.smk import run_logged
+from martingale.smk import run_logged, stage_run
 
 
 def main(smk):
-    from martingale.stages import pretrain  # heavy imports only inside the job
+    def body():
+        run = stage_run("pretrain")
+        return run(dict(smk.params.cfg), Path(smk.output[0]))
 
-    run_logged(smk, lambda: pretrain.run(dict(smk.params.cfg), Path(smk.output[0])))
+    run_logged(smk, body)
 
 
 main(snakemake)  # noqa: F821 (injected by Snakemake)

@@ -1,14 +1,18 @@
-"""One training stage: martingale.stages.train.run(cfg, start_model, judge_model, out_dir)."""
+"""Stage script (thin): martingale.stages.train.run(cfg, start_model, judge_model, out_dir).
+
+Stage bodies are imported inside the job, so torch never loads while Snakemake parses.
+"""
 from pathlib import Path
 
-from martingale.smk import run_logged
+from martingale.smk import run_logged, stage_run
 
 
 def main(smk):
-    from martingale.stages import train  # heavy imports only inside the job
+    def body():
+        run = stage_run("train")
+        return run(dict(smk.params.cfg), Path(smk.input.start_model), Path(smk.input.judge_model), Path(smk.output[0]))
 
-    run_logged(smk, lambda: train.run(dict(smk.params.cfg), Path(smk.input.start_model),
-                                      Path(smk.input.judge_model), Path(smk.output[0])))
+    run_logged(smk, body)
 
 
 main(snakemake)  # noqa: F821 (injected by Snakemake)

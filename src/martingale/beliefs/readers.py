@@ -2,7 +2,7 @@
 
 A reader is ``fn(ctx, questions, traces, k) -> list[float | None]``. Add one by writing a
 function and registering it in READERS.
-- ``self``: a judge model (the run's start model) continues ``<prompt> <trace cut at k> read P =``.
+- ``self``: a judge model (the run's start model) continues ``<prompt> judge <trace cut at k> read P =``.
 - ``trace``: the running log-odds the trace itself writes at step k (exact, no extra model call).
 - ``oracle``: the exact Bayes belief after the first k clues — the world's answer, not the model's
   (MS ≈ 0 by construction; the reference a calibrated reasoner should match).
@@ -27,13 +27,8 @@ class ReadContext:
 
 def read_self(ctx: ReadContext, questions: list[Question], texts: list[str], k: int) -> list[float | None]:
     model, tok = ctx.judge
-    queries: list[str | None] = []
-    for q, text in zip(questions, texts):
-        words = text.split()
-        head = fmt.cut_steps(words, k)
-        # Only a trace that reached step k in the expected shape can be cut there.
-        complete = len(words) >= 2 + 4 * k and all(w != "P" for w in head)
-        queries.append(" ".join([fmt.prompt(q)] + head + ["read", "P", "="]) if complete else None)
+    # Only a trace that reached step k in the expected shape can be cut there.
+    queries = [fmt.read_query(q, text, k) for q, text in zip(questions, texts)]
     todo = [i for i, s in enumerate(queries) if s is not None]
     out: list[float | None] = [None] * len(texts)
     for start in range(0, len(todo), ctx.batch_size):

@@ -10,11 +10,12 @@ import copy
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import yaml
 
-from .compose import ComposeError, Composer
+if TYPE_CHECKING:  # Hydra is imported only when configs are composed (the table never does)
+    from .compose import Composer
 
 try:  # the C loader is ~10x faster; 1,000 run files must load well under a second
     from yaml import CSafeLoader as _Loader
@@ -193,6 +194,8 @@ class RunTree:
     @property
     def composer(self) -> Composer:
         if self._composer is None:
+            from .compose import Composer
+
             self._composer = Composer(self.conf_dir)
         return self._composer
 
@@ -234,6 +237,8 @@ class RunTree:
         spec = self.specs[run_id]
         parent_cfg = self._resolve(spec.parent) if spec.parent is not None else None
         overrides = self.overrides(run_id)
+        from .compose import ComposeError
+
         try:
             if spec.knob is not None:
                 self.composer.parse(spec.knob)  # knob-level errors (parse, group option) first

@@ -29,12 +29,11 @@ def mixture(world, rng: np.random.Generator, n: int, cfg: dict[str, Any],
         u = rng.random()
         trace, _ = traces.reasoned(world, q, rng, agree, disagree, jitter)
         if u < cfg["snap_fraction"]:
-            completion = traces.snap(world, q, rng)
+            pairs.append((traces.prompt(q), traces.snap(world, q, rng)))
         elif u < cfg["snap_fraction"] + cfg["read_fraction"]:
-            completion = traces.read(trace, int(rng.integers(0, world.n_clues + 1)), world.unit)
+            pairs.append(traces.read(q, trace, int(rng.integers(0, world.n_clues + 1)), world.unit))
         else:
-            completion = trace
-        pairs.append((traces.prompt(q), completion))
+            pairs.append((traces.prompt(q), trace))
     return pairs
 
 

@@ -4,7 +4,8 @@ A prompt lists the clues: ``Q [not] c7 c12 ... ?``. A reasoned completion starts
 log-odds and, clue by clue, writes the clue, its log-odds step and the running total (integer
 units of ``logodds_unit``), then states ``P = 0.xx``: ``think -3 c7 +2 -> -1 c12 -4 -> -5 ... P = 0.08 end``.
 A snap completion states a number with no reasoning: ``snap P = 0.35 end``. A read asks for the
-belief a partial trace has reached: ``<prompt> think ... c12 -4 -> -5 read P = 0.21 end``.
+belief a partial trace has reached — the trace is given, only the number is written:
+``<prompt> judge think ... c12 -4 -> -5 read P =`` → ``0.21 end``.
 """
 from __future__ import annotations
 
@@ -70,17 +71,25 @@ def cut_steps(trace_words: list[str], k: int) -> list[str]:
     return trace_words[: 2 + 4 * k]
 
 
-def read(trace: str, k: int, unit: float) -> str:
-    """A read example: the trace cut after k steps, then the belief it has reached."""
+def read_query(q: Question, trace: str, k: int) -> str | None:
+    """What a judge is shown: the question and the trace cut after k steps; None if the trace
+    did not reach step k in the expected shape."""
     words = trace.split()
     head = cut_steps(words, k)
-    total = int(head[-1])
-    return " ".join(head + ["read", "P", "=", fmt_p(units_to_p(total, unit)), "end"])
+    if len(words) < 2 + 4 * k or "P" in head:
+        return None
+    return " ".join([prompt(q), "judge"] + head + ["read", "P", "="])
+
+
+def read(q: Question, trace: str, k: int, unit: float) -> tuple[str, str]:
+    """A read example (query, answer): the belief the trace has reached after k steps."""
+    total = int(cut_steps(trace.split(), k)[-1])
+    return read_query(q, trace, k), f"{fmt_p(units_to_p(total, unit))} end"
 
 
 def vocabulary(n_clue_types: int) -> list[str]:
     """Every word a prompt or completion can contain (the word-level tokenizer's vocabulary)."""
-    words = ["Q", "not", "?", "think", "snap", "read", "->", "P", "=", "end"]
+    words = ["Q", "not", "?", "think", "snap", "judge", "read", "->", "P", "=", "end"]
     words += [f"c{i}" for i in range(n_clue_types)]
     words += [fmt_int(v) for v in range(-MAX_TOTAL, MAX_TOTAL + 1)]
     words += [f"{i / 100:.2f}" for i in range(101)]
