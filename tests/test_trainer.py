@@ -58,6 +58,6 @@ def test_nan_loss_stops_the_stage_with_a_clear_error_and_writes_nothing(tmp_path
              "batch_questions": 2, "generations": 2}
     cfg = {"world": default_cfg["world"], "model": default_cfg["model"],
            "elicit": {"mode": "samemode", "judge": "trace", "cut": 0.5}, "stage": stage, "seed": 1, "name": "s1"}
-    with pytest.raises(StageError, match=r"stages\.s1: loss is nan at step 0"):
+    with pytest.raises(StageError, match=r"train stage \(B reward\): loss is nan at step 0"):
         train.run(cfg, untrained_model, untrained_model, tmp_path / "out")
     assert not (tmp_path / "out").exists()

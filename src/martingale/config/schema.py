@@ -85,7 +85,7 @@ class StageConfig:
     reward: Optional[str] = None  # A | B | C | BP
     filter: Optional[str] = None  # top-half | top-quartile of the start model's |Δ|; null = all
     epochs: int = 1
-    lr: float = 2e-3
+    lr: float = 1e-3
     kl_beta: float = 0.1
     lora_r: int = 8
     batch_questions: int = 8      # questions per step

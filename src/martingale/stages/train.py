@@ -74,9 +74,9 @@ def _as_array(xs) -> np.ndarray:
 
 def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path) -> None:
     stage, elicit, seed = cfg["stage"], cfg["elicit"], int(cfg["seed"])
-    name = cfg.get("name", "stage")
+    name = f"train stage ({stage['reward']} reward)"
     if stage["reward"] not in rewards.REWARDS:
-        raise StageError(f"stages.{name}.reward: unknown reward {stage['reward']!r} "
+        raise StageError(f"stages.*.reward: unknown reward {stage['reward']!r} "
                          f"(known: {', '.join(rewards.REWARDS)})")
     seed_everything(seed)
     world = make_world(cfg["world"])
@@ -122,8 +122,8 @@ def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path
                                                  float(stage["kl_beta"]))
                 loss, kl = loss + part_loss / len(batches), kl + part_kl.detach() / len(batches)
             if not torch.isfinite(loss):
-                raise StageError(f"stages.{name}: loss is {float(loss)} at step {step} "
-                                 f"(reward {stage['reward']}, lr {stage['lr']}): stopping")
+                raise StageError(f"{name}: loss is {float(loss)} at step {step} "
+                                 f"(lr {stage['lr']}, kl_beta {stage['kl_beta']}): stopping")
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -138,11 +138,11 @@ def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path
                 log.info("%s step %d %s (%.0fs)", name, step, row, time.time() - t0)
             step += 1
     if step == 0:
-        raise StageError(f"stages.{name}: no training step ran ({len(train_q)} questions < "
+        raise StageError(f"{name}: no training step ran ({len(train_q)} questions < "
                          f"batch_questions {B})")
     merged = policy.merge_and_unload()
     with io.atomic_dir(out_dir) as tmp:
         save(merged, tok, tmp)
         io.write_jsonl(tmp / "train.jsonl", history)
-        io.write_json(tmp / "stage.json", {"kind": "train", "name": name, "reward": stage["reward"],
+        io.write_json(tmp / "stage.json", {"kind": "train", "reward": stage["reward"],
                                            "steps": step, "filter": filter_info})
