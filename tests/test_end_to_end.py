@@ -7,6 +7,7 @@ HF loaders, peft and the Snakefile are the real ones.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -82,6 +83,34 @@ def test_a_sibling_run_reuses_the_shared_prefix(built):
     assert res.returncode == 0, out
     assert "pretrain" not in out and "distill" not in out
     assert "train" in out  # only its unfiltered s2
+
+
+def test_a_knob_edit_reruns_exactly_the_stages_it_affects(built):
+    # filter-twostage's knob feeds filter-s2only's s2 only: s1 (BP, unfiltered) and D stay cached.
+    path = built / "conf/runs/filter-twostage.yaml"
+    original = path.read_text()
+    try:
+        path.write_text(original.replace("stages.s2.filter=top-quartile", "stages.s2.filter=top-half"))
+        res = smk(built, "-n", "--quiet", "rules", "results/filter-s2only/eval.json")
+        counts = dict(re.findall(r"^(\w+)\s+(\d+)$", res.stdout + res.stderr, re.M))
+        assert counts == {"aggregate": "1", "evaluate": "1", "total": "3", "train": "1"}, res.stdout
+    finally:
+        path.write_text(original)
+
+
+def test_a_failing_stage_logs_its_error_and_the_table_marks_the_run_crashed(built):
+    (built / "conf/runs/nan-kl.yaml").write_text("parent: filter-s2only\nknob: stages.s2.kl_beta=nan\n")
+    try:
+        res = smk(built, "--keep-going", "results/nan-kl/eval.json")
+        assert res.returncode != 0
+        logs = [p for p in (built / "logs/train").glob("*.log") if "loss is nan" in p.read_text()]
+        assert len(logs) == 1 and "StageError" in logs[0].read_text()
+        assert not (built / "results/nan-kl").exists()
+        from martingale.table import build_table
+        states = {r["run_id"]: r["state"] for r in build_table(built)}
+        assert states["nan-kl"] == "crashed" and states["filter-s2only"] == "done"
+    finally:
+        (built / "conf/runs/nan-kl.yaml").unlink()
 
 
 def test_runs_table_marks_the_built_run_done_and_regenerates_byte_identical(built):

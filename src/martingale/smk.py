@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -44,15 +43,11 @@ def inputs(snakemake: Any) -> dict[str, Path]:
 
 
 def stage_run(kind: str) -> Callable[..., Any]:
-    """``martingale.stages.<kind>.run``, imported only inside the job (torch stays out of the parse).
-
-    ``MARTINGALE_STAGES`` names another package of stage bodies (the workflow tests use stubs).
-    """
-    package = os.environ.get("MARTINGALE_STAGES", "martingale.stages")
-    return importlib.import_module(f"{package}.{kind}").run
+    """``martingale.stages.<kind>.run``, imported only inside the job (torch stays out of the parse)."""
+    return importlib.import_module(f"martingale.stages.{kind}").run
 
 
 def aggregate_fn() -> Callable[..., Any]:
-    """``martingale.records.aggregate.write_run_results`` (``MARTINGALE_AGGREGATE``: another module)."""
-    module = os.environ.get("MARTINGALE_AGGREGATE", "martingale.records.aggregate")
-    return importlib.import_module(module).write_run_results
+    """``martingale.records.aggregate.write_run_results``."""
+    from martingale.records.aggregate import write_run_results
+    return write_run_results

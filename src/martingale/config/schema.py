@@ -57,7 +57,7 @@ class ModelConfig:
 class PretrainConfig:
     """Next-token training of the embedded model on calibrated traces, snap answers and reads."""
     seed: int = 0
-    steps: int = 1500
+    steps: int = 800
     batch_size: int = 64
     lr: float = 3e-3
     warmup: int = 50
