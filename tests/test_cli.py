@@ -24,11 +24,11 @@ def test_help_works_on_every_command():
 
 
 def test_new_writes_the_run_file_when_the_tree_validates(proj):
-    res = cli(proj, "new", "A-on-D-lr", "--parent", "A-on-D", "--knob", "stages.s1.lr=1e-3",
+    res = cli(proj, "new", "A-on-D-lr", "--parent", "A-on-D", "--knob", "stages.s1.lr=5e-4",
               "--question", "slower?", "--claims", "C1,C2")
     assert res.exit_code == 0, res.output
     text = (proj / "conf/runs/A-on-D-lr.yaml").read_text()
-    assert "parent: A-on-D" in text and "knob: stages.s1.lr=1e-3" in text and "C2" in text
+    assert "parent: A-on-D" in text and "knob: stages.s1.lr=5e-4" in text and "C2" in text
     assert cli(proj, "check").output.strip() == "16 runs OK"
 
 

@@ -20,10 +20,10 @@ SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
 SMOKE = """
 # --- smoke scale (tests/test_end_to_end.py) ---
-world: {n_train: 24, n_heldout: 48, clues_per_question: 6}
-model: {hidden_size: 32, num_layers: 1, num_heads: 2, intermediate_size: 64}
-pretrain: {steps: 60, batch_size: 32}
-distill: {steps: 20, batch_size: 16}
+world: {n_train: 24, n_heldout: 48, clues_per_question: 4}
+model: {hidden_size: 48, num_layers: 2, num_heads: 2, intermediate_size: 96}
+pretrain: {steps: 400, batch_size: 32}
+distill: {steps: 30, batch_size: 16}
 eval: {n_bootstrap: 100}
 """
 
@@ -60,6 +60,53 @@ def test_filter_s2only_reports_every_stage_with_the_core_metrics(built):
         assert stage["n"] == 48
 
 
+def _number_or_reason(block: dict, key: str) -> None:
+    """A battery entry is a number (a CI two numbers) or null with its reason: never silent."""
+    value = block[key]
+    defined = None not in value if key == "ci" else value is not None
+    assert defined or key in block["undefined"], key
+
+
+def test_filter_s2only_shows_its_knobs_paired_effect_against_filter_twostage(built):
+    ev = json.loads((built / "results/filter-s2only/eval.json").read_text())
+    assert ev["effect"]["parent"] == "filter-twostage" and ev["effect"]["knob"] == "stages.s1.filter=null"
+    for name, stage in ev["stages"].items():
+        eff = stage["effect"]
+        assert eff["n_paired"] == 48 and eff["parent_seed"] == 42, name
+        brier, ms = eff["brier"], eff["ms"]
+        # At smoke scale the model is barely trained and states a parseable P on few questions:
+        # each number of the battery is there, or null with the reason (e.g. too few pairs).
+        for key in ("child", "parent", "delta", "ci", "t", "p_t", "wilcoxon", "p_wilcoxon",
+                    "share_child_wins", "share_ties"):
+            _number_or_reason(brier, key)
+        for key in ("child", "parent", "delta", "ci", "p_perm"):
+            _number_or_reason(ms, key)
+        assert brier["n"] == stage["effect"]["brier"]["n"] <= 48
+        if name == "s0":    # D, evaluated once for both: the same eval, so Δ ≡ 0
+            assert eff["same_eval_stage"]
+            assert brier["delta"] in (0, None) and ms["delta"] in (0, None)
+        else:               # the knob changes s1 (and so s2): distinct evals
+            assert not eff["same_eval_stage"]
+            if brier["delta"] is not None and None not in brier["ci"]:
+                assert brier["ci"][0] <= brier["delta"] <= brier["ci"][1]
+    assert set(ev["stages"]["s2"]["counts"]) >= {"beats_parent", "beats_start", "beats_constant"}
+
+
+def test_every_plot_of_the_run_exists_as_a_png(built):
+    from martingale.plots import PLOTS
+    for name in PLOTS:
+        data = (built / "results/filter-s2only/plots" / f"{name}.png").read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, name
+
+
+def test_snakemake_report_includes_the_plots(built):
+    res = smk(built, "--report", "report.html", "results/filter-s2only/eval.json")
+    assert res.returncode == 0, res.stderr[-3000:]
+    html = (built / "report.html").read_text(encoding="utf-8", errors="replace")
+    for name in ("prior_posterior.png", "effect_forest.png", "reliability.png"):
+        assert name in html, name
+
+
 def test_run_folder_holds_config_lineage_and_per_question_records(built):
     run = built / "results/filter-s2only"
     lineage = json.loads((run / "lineage.json").read_text())
@@ -78,7 +125,7 @@ def test_second_call_does_nothing(built):
 
 def test_a_sibling_run_reuses_the_shared_prefix(built):
     # judge-samemode-BP shares pretrain, D and the unfiltered BP stage with filter-s2only.
-    res = smk(built, "-n", "--quiet", "rules", "results/judge-samemode-BP/eval.json")
+    res = smk(built, "-n", "results/judge-samemode-BP/eval.json", "--quiet", "rules")
     out = res.stdout + res.stderr
     assert res.returncode == 0, out
     assert "pretrain" not in out and "distill" not in out
@@ -91,9 +138,10 @@ def test_a_knob_edit_reruns_exactly_the_stages_it_affects(built):
     original = path.read_text()
     try:
         path.write_text(original.replace("stages.s2.filter=top-quartile", "stages.s2.filter=top-half"))
-        res = smk(built, "-n", "--quiet", "rules", "results/filter-s2only/eval.json")
+        res = smk(built, "-n", "results/filter-s2only/eval.json", "--quiet", "rules")
         counts = dict(re.findall(r"^(\w+)\s+(\d+)$", res.stdout + res.stderr, re.M))
-        assert counts == {"aggregate": "1", "evaluate": "1", "total": "3", "train": "1"}, res.stdout
+        # filter-s2only's s2, and the parent's own s2: the aggregate pairs the run with its parent.
+        assert counts == {"aggregate": "1", "evaluate": "2", "total": "5", "train": "2"}, res.stdout
     finally:
         path.write_text(original)
 
@@ -118,6 +166,8 @@ def test_runs_table_marks_the_built_run_done_and_regenerates_byte_identical(buil
     first = (built / "runs.json").read_bytes()
     rows = {r["run_id"]: r for r in json.loads(first)}
     assert rows["filter-s2only"]["state"] == "done" and rows["A-on-D"]["state"] == "queued"
+    ev = json.loads((built / "results/filter-s2only/eval.json").read_text())
+    assert rows["filter-s2only"]["effect"] == ev["effect"]["headline"]   # null if no stage has a ΔBrier
     subprocess.run([str(Path(sys.executable).with_name("martingale")), "--root", str(built), "table"],
                    check=True, capture_output=True)
     assert (built / "runs.json").read_bytes() == first

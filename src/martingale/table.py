@@ -8,6 +8,10 @@ is an error that says how to record it.
 States: ``invalid`` (the run file names a bug), ``done`` (results/<run>/eval.json exists),
 ``crashed`` (a stage or the aggregate of the run has no output and its log shows an error),
 ``queued`` (anything else).
+
+A done run's row carries its last stage's headline metrics and, for a run with a parent, the
+knob's headline paired effect (``effect``: stage, ΔBrier with CI, paired-t and Wilcoxon p, ΔMS
+with CI); ``effect`` is null otherwise.
 """
 from __future__ import annotations
 
@@ -21,6 +25,11 @@ from .plan import read_index, stage_dir
 
 TABLE = "runs.json"
 HEADLINE = ("brier", "ms", "ms_ci", "bss", "n")
+# The knob's paired effect against the parent (eval.json's effect.headline): the last stage with
+# a defined ΔBrier; one seed gives CI and p, several the spread and "beats parent k/n".
+EFFECT = ("stage", "n_paired", "brier_delta", "brier_ci", "p_t", "p_wilcoxon", "share_child_wins",
+          "ms_delta", "ms_ci", "p_perm_ms", "seeds", "brier_delta_sd", "ms_delta_sd", "beats_parent",
+          "beats_parent_ci")
 _ERROR_MARKS = ("Traceback (most recent call last)", "Error")
 
 
@@ -37,6 +46,12 @@ def _last_stage(evals: Any) -> tuple[Optional[str], dict]:
         last = stages[-1] if isinstance(stages[-1], dict) else {}
         return last.get("stage"), last
     return None, {}
+
+
+def _effect(evals: Any) -> Optional[dict]:
+    eff = evals.get("effect") if isinstance(evals, dict) else None
+    head = eff.get("headline") if isinstance(eff, dict) else None
+    return {k: head[k] for k in EFFECT if k in head} if isinstance(head, dict) else None
 
 
 def _log_failed(path: Path) -> bool:
@@ -75,13 +90,16 @@ def build_table(root: Path | str = ".", tree: RunTree | None = None) -> list[dic
             state = "crashed"
         else:
             state = "queued"
+        effect = None
         if eval_path.exists():
             try:
-                stage, last = _last_stage(json.loads(eval_path.read_text(encoding="utf-8")))
+                evals = json.loads(eval_path.read_text(encoding="utf-8"))
             except ValueError:
-                stage, last = None, {}
+                evals = None
+            stage, last = _last_stage(evals)
             metrics = {k: last[k] for k in HEADLINE if k in last}
-        row.update(state=state, stage=stage, metrics=metrics)
+            effect = _effect(evals)
+        row.update(state=state, stage=stage, metrics=metrics, effect=effect)
         rows.append(row)
     return rows
 

@@ -1,19 +1,27 @@
-# A run's own folder: its resolved config, lineage, per-stage evals gathered into eval.json;
+# A run's own folder: its resolved config, lineage, per-stage evals gathered into eval.json with
+# the knob's paired effect against the parent's evals, and the run's figures (also in the report);
 # then the master runs table, regenerated from the run files and the results.
 
 
 rule aggregate:
     input:
-        run_eval_dirs,
+        evals=run_eval_dirs,
+        parent_evals=parent_eval_dirs,
     output:
         evals="results/{run}/eval.json",
         config="results/{run}/config.yaml",
         lineage="results/{run}/lineage.json",
         records="results/{run}/records.jsonl",
+        prior_posterior=plot_output("prior_posterior"),
+        delta_vs_prior=plot_output("delta_vs_prior"),
+        reliability=plot_output("reliability"),
+        brier_ms_by_stage=plot_output("brier_ms_by_stage"),
+        effect_forest=plot_output("effect_forest"),
     params:
         cfg=run_config,
         lineage=run_lineage,
         evals=run_evals,
+        parent_evals=parent_evals,
     log:
         "logs/aggregate/{run}.log",
     wildcard_constraints:

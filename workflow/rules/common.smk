@@ -56,6 +56,22 @@ def run_eval_dirs(wildcards):
     return [e["dir"] for e in PLAN.evals(wildcards.run)]
 
 
+def run_parent(wildcards):
+    """The run's parent (None for a root run)."""
+    return PLAN.tree.specs[wildcards.run].parent
+
+
+def parent_evals(wildcards):
+    """The parent's evals (every stage, every seed), for the knob's paired effect; [] for a root."""
+    parent = run_parent(wildcards)
+    return PLAN.evals(parent) if parent else []
+
+
+def parent_eval_dirs(wildcards):
+    """The parent's eval folders: the aggregate compares the run against them."""
+    return [e["dir"] for e in parent_evals(wildcards)]
+
+
 def run_config(wildcards):
     return PLAN.resolved_config(wildcards.run)
 
@@ -66,6 +82,19 @@ def run_lineage(wildcards):
 
 def run_evals(wildcards):
     return PLAN.evals(wildcards.run)
+
+
+def plot_output(name):
+    """A run's figure results/{run}/plots/<name>.png, declared for `snakemake --report` under the
+    run's own subcategory; its caption is workflow/report/<name>.rst (the path is resolved from
+    the rule file that calls this, workflow/rules/)."""
+    return report(
+        f"results/{{run}}/plots/{name}.png",
+        caption=f"../report/{name}.rst",
+        category="Runs",
+        subcategory="{run}",
+        labels={"run": "{run}", "figure": name.replace("_", " ")},
+    )
 
 
 def run_files(wildcards):

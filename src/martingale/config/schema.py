@@ -17,12 +17,12 @@ class WorldConfig:
     base_rate: float = 0.3        # P(y = 1)
     n_clue_types: int = 40        # distinct clues; each has a fixed log-likelihood ratio
     clues_per_question: int = 8   # clues listed in a question, read one by one by a reasoner
-    dirichlet_alpha: float = 3.0  # concentration of the two clue distributions (y = 1, y = 0)
+    dirichlet_alpha: float = 6.0  # concentration of the two clue distributions (y = 1, y = 0)
     logodds_unit: float = 0.25    # nats per integer step written in traces
     max_step: int = 12            # |rounded llr| cap, in units
     snap_noise: float = 1.5       # sd (nats) of the gut prior's per-draw noise
     n_train: int = 1024           # training questions
-    n_heldout: int = 512          # disjoint held-out questions (eval)
+    n_heldout: int = 1000         # disjoint held-out questions (eval)
     questions_file: Optional[str] = None  # JSONL of real questions (world=jsonl)
 
 
@@ -117,6 +117,8 @@ class EvalConfig:
     temperature: float = 1.0
     n_bootstrap: int = 1000
     ci: float = 0.95
+    prior_draws: int = 0          # K extra snap-prior draws per question (snap mode): de-attenuated MS; 0 = off
+    negations: bool = False       # also ask each held-out question's negation: coherence |P(A) + P(¬A) − 1|
 
 
 @dataclass

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from .. import io
+from ..effects import EffectError, beat_counts, paired_effect, replicate_summary, undefined_effect
 
 
 def _stage_order(name: str) -> tuple[int, str]:
@@ -36,34 +37,139 @@ def combine_seeds(per_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def write_run_results(run_id: str, resolved_cfg: dict[str, Any], lineage: list[dict[str, Any]],
-                      evals: list[dict[str, Any]], out_dir: Path | str) -> dict[str, Any]:
-    """evals: [{stage, seed, dir, model_stage, eval_stage}] → results/<run-id>/{config.yaml,
-    lineage.json, records.jsonl, eval.json}."""
-    out = Path(out_dir)
-    by_stage: dict[str, dict[int, dict[str, Any]]] = {}
-    records: list[dict[str, Any]] = []
-    provenance: dict[str, dict[str, Any]] = {}
+def _load(evals: list[dict[str, Any]]) -> tuple[dict, dict, dict]:
+    """(stage, seed) → metrics, (stage, seed) → records (completions dropped), (stage, seed) → eval id."""
+    metrics, records, ids = {}, {}, {}
     for e in sorted(evals, key=lambda e: (_stage_order(e["stage"]), int(e["seed"]))):
-        d = Path(e["dir"])
-        by_stage.setdefault(e["stage"], {})[int(e["seed"])] = io.read_json(d / "metrics.json")
-        for row in io.read_jsonl(d / "records.jsonl"):
-            rec = {k: v for k, v in row.items() if k not in ("completion", "snap_completion")}
-            records.append({**rec, "stage": e["stage"], "seed": int(e["seed"])})
+        d, key = Path(e["dir"]), (e["stage"], int(e["seed"]))
+        metrics[key] = io.read_json(d / "metrics.json")
+        records[key] = [{k: v for k, v in row.items() if k not in ("completion", "snap_completion")}
+                        for row in io.read_jsonl(d / "records.jsonl")]
+        ids[key] = e.get("eval_stage")
+    return metrics, records, ids
+
+
+def _parent_seed(stage: str, seed: int, parent_keys: set[tuple[str, int]]) -> int | None:
+    """The parent's eval to pair with: the same seed, else the parent's lowest seed of the stage
+    (a seeds knob: every child seed against the parent's replicate, on the same questions)."""
+    if (stage, seed) in parent_keys:
+        return seed
+    seeds = sorted(s for st, s in parent_keys if st == stage)
+    return seeds[0] if seeds else None
+
+
+def stage_effects(child: dict, parent: dict, child_ids: dict, parent_ids: dict, stage_order: list[str],
+                  parent_id: str | None, n_bootstrap: int, level: float) -> dict[str, dict[str, Any]]:
+    """Per stage: the paired effect against the parent's eval of the same stage (and seed); several
+    seeds: each seed's effect under per_seed, with the spread and the counts."""
+    out: dict[str, dict[str, Any]] = {}
+    for stage in stage_order:
+        per_seed: dict[int, dict[str, Any]] = {}
+        for seed in sorted(s for st, s in child if st == stage):
+            pseed = _parent_seed(stage, seed, set(parent))
+            if pseed is None:
+                per_seed[seed] = undefined_effect(
+                    f"parent {parent_id} has no stage {stage}: the knob adds it, nothing to pair")
+                continue
+            try:
+                block = paired_effect(child[(stage, seed)], parent[(stage, pseed)], n_bootstrap, level, seed)
+            except EffectError as e:
+                block = undefined_effect(str(e))
+            block["parent_seed"] = pseed
+            block["same_eval_stage"] = child_ids.get((stage, seed)) is not None and \
+                child_ids.get((stage, seed)) == parent_ids.get((stage, pseed))
+            per_seed[seed] = block
+        if len(per_seed) == 1:
+            out[stage] = next(iter(per_seed.values()))
+        elif per_seed:
+            out[stage] = {"per_seed": {str(s): b for s, b in per_seed.items()}, **replicate_summary(per_seed)}
+    return out
+
+
+def headline(effects: dict[str, dict[str, Any]], stage_order: list[str]) -> dict[str, Any] | None:
+    """The runs table's effect: the last stage with a defined ΔBrier (effect, CI, p)."""
+    for stage in reversed(stage_order):
+        eff = effects.get(stage)
+        if not eff:
+            continue
+        if "per_seed" in eff:
+            if eff["brier_delta"]["per_seed"] and any(v is not None for v in eff["brier_delta"]["per_seed"]):
+                return {"stage": stage, "seeds": eff["seeds"], "brier_delta": eff["brier_delta"]["mean"],
+                        "brier_delta_sd": eff["brier_delta"]["sd"], "ms_delta": eff["ms_delta"]["mean"],
+                        "ms_delta_sd": eff["ms_delta"]["sd"], "beats_parent": eff["beats_parent"],
+                        "beats_parent_ci": eff["beats_parent_ci"]}
+            continue
+        b, m = eff.get("brier") or {}, eff.get("ms") or {}
+        if isinstance(b.get("delta"), float) and not math.isnan(b["delta"]):
+            return {"stage": stage, "n_paired": b["n"], "brier_delta": b["delta"], "brier_ci": b["ci"],
+                    "p_t": b["p_t"], "p_wilcoxon": b["p_wilcoxon"], "share_child_wins": b["share_child_wins"],
+                    "ms_delta": m.get("delta"), "ms_ci": m.get("ci"), "p_perm_ms": m.get("p_perm")}
+    return None
+
+
+def write_run_results(run_id: str, resolved_cfg: dict[str, Any], lineage: list[dict[str, Any]],
+                      evals: list[dict[str, Any]], out_dir: Path | str,
+                      parent_evals: list[dict[str, Any]] | None = None, plots: bool = True) -> dict[str, Any]:
+    """evals: [{stage, seed, dir, model_stage, eval_stage}] → results/<run-id>/{config.yaml,
+    lineage.json, records.jsonl, plots/*.png, eval.json}.
+
+    parent_evals (same shape, the parent run's evals): each stage gains ``effect``, the knob's
+    paired effect against the parent's eval of the same stage and seed (questions matched by
+    qid; see martingale.effects), and eval.json's ``effect`` holds the parent, the knob and the
+    headline. Every stage gains ``counts`` (beats start / constant / parent, k of n seeds).
+    """
+    out = Path(out_dir)
+    metrics, records, ids = _load(evals)
+    stage_order = sorted({st for st, _ in metrics}, key=_stage_order)
+    by_stage: dict[str, dict[int, dict[str, Any]]] = {}
+    for (stage, seed), m in metrics.items():
+        by_stage.setdefault(stage, {})[seed] = m
+    provenance: dict[str, dict[str, Any]] = {}
+    for e in evals:
         provenance.setdefault(e["stage"], {})[str(e["seed"])] = {
             "model_stage": e["model_stage"], "eval_stage": e["eval_stage"]}
-    stages = {name: combine_seeds(per_seed) for name, per_seed in sorted(by_stage.items(), key=lambda kv: _stage_order(kv[0]))}
+    stages = {name: combine_seeds(by_stage[name]) for name in stage_order}
+    parent = lineage[-1].get("parent") if lineage else None
+    knob = lineage[-1].get("knob") if lineage else None
+    eval_cfg = resolved_cfg.get("eval") or {}
+    effects: dict[str, dict[str, Any]] = {}
+    if parent_evals:
+        p_metrics, p_records, p_ids = _load(parent_evals)
+        effects = stage_effects(records, p_records, ids, p_ids, stage_order, parent,
+                                int(eval_cfg.get("n_bootstrap", 1000)), float(eval_cfg.get("ci", 0.95)))
+        for stage, eff in effects.items():
+            stages[stage]["effect"] = eff
+    for stage in stage_order:
+        counts = beat_counts(by_stage[stage], by_stage.get("s0") if stage != "s0" else None)
+        eff = effects.get(stage)
+        if eff is not None:
+            summary = replicate_summary({int(s): b for s, b in eff["per_seed"].items()}) \
+                if "per_seed" in eff else replicate_summary({0: eff})
+            counts["beats_parent"] = summary["beats_parent"]
+            counts["beats_parent_ci"] = summary["beats_parent_ci"]
+        stages[stage]["counts"] = counts
     result = {
         "run_id": run_id,
-        "parent": lineage[-1].get("parent") if lineage else None,
-        "knob": lineage[-1].get("knob") if lineage else None,
+        "parent": parent,
+        "knob": knob,
         "seeds": sorted({int(e["seed"]) for e in evals}),
-        "stage_order": sorted(by_stage, key=_stage_order),
+        "stage_order": stage_order,
         "stages": stages,
         "provenance": provenance,
+        "effect": {"parent": parent, "knob": knob, "headline": headline(effects, stage_order)}
+        if parent_evals else None,
     }
+    pooled: dict[str, list[dict[str, Any]]] = {}
+    all_records: list[dict[str, Any]] = []
+    for (stage, seed), rows in sorted(records.items(), key=lambda kv: (_stage_order(kv[0][0]), kv[0][1])):
+        tagged = [{**r, "stage": stage, "seed": seed} for r in rows]
+        pooled.setdefault(stage, []).extend(tagged)
+        all_records.extend(tagged)
     io.write_yaml(out / "config.yaml", resolved_cfg)
     io.write_json(out / "lineage.json", lineage)
-    io.write_jsonl(out / "records.jsonl", records)
+    io.write_jsonl(out / "records.jsonl", all_records)
+    if plots:
+        from ..plots import write_plots
+        write_plots(out / "plots", run_id, stage_order, pooled, stages, parent, knob, effects or None)
     io.write_json(out / "eval.json", result)
     return result

@@ -2,6 +2,11 @@
 
 Writes records.jsonl (one row per question: y, prior, posterior, stated P, snap P, the trace's own
 beliefs, the Bayes oracle's, the completions) and metrics.json (metrics.stage_metrics).
+
+Options (``eval``): ``prior_draws`` = K > 0 in snap mode re-draws each question's snap prior K
+times (seeds distinct from the prior's, deterministic) into ``snap_draws``, from which the
+metrics de-attenuate MS (martingale.deattenuation); ``negations`` asks each question's negation
+too (``stated_neg``), for the coherence |P(A) + P(¬A) − 1|.
 """
 from __future__ import annotations
 
@@ -10,9 +15,12 @@ from typing import Any
 
 from .. import io
 from ..beliefs.elicit import cut_index, rollout
+from ..beliefs.parse import parse_p
 from ..beliefs.readers import ReadContext
 from ..metrics import stage_metrics
+from ..model.generate import sample
 from ..model.load import load
+from ..world import traces as fmt
 from .common import log, make_world, seed_everything
 
 
@@ -20,14 +28,52 @@ def _r(v: float | None) -> float | None:
     return None if v is None else round(float(v), 6)
 
 
+DRAW_SEED_STRIDE = 1000   # re-draw j of the snap prior samples with seed + 1 + 1000·(j + 1)
+NEGATION_SEED = 2         # negated questions sample with seed + 2 (the trace: seed, the snap prior: seed + 1)
+
+
+def snap_draws(model, tok, questions, k: int, seed: int, temperature: float) -> list[list[float | None]]:
+    """K re-draws of each question's snap prior (the same prompt as beliefs.elicit.rollout's snap
+    answer), each with its own seed: per question, the K stated P (None = unparsed)."""
+    prompts = [fmt.prompt(q) + " snap" for q in questions]
+    draws = []
+    for j in range(k):
+        batch = sample(model, tok, prompts, 4, temperature, seed + 1 + DRAW_SEED_STRIDE * (j + 1))
+        draws.append([parse_p("snap " + t) for t in batch.texts])
+    return [[_r(d[i]) for d in draws] for i in range(len(questions))]
+
+
+def negation_stated(model, tok, world, questions, seed: int, temperature: float) -> list[float | None]:
+    """The stated P of each question's negation (a reasoned trace on ``Q not ...``)."""
+    prompts = [fmt.prompt(q.negation()) + " think" for q in questions]
+    batch = sample(model, tok, prompts, 4 * world.n_clues + 6, temperature, seed + NEGATION_SEED)
+    return [_r(parse_p("think " + t)) for t in batch.texts]
+
+
 def evaluate_model(model, tok, judge, cfg: dict[str, Any], questions) -> list[dict[str, Any]]:
     world = make_world(cfg["world"])
     ctx = ReadContext(world=world, judge=judge)
     seed = int(cfg["seed"])
-    ro = rollout(model, tok, questions, ctx, cfg["elicit"], seed, float(cfg["eval"]["temperature"]))
+    temperature = float(cfg["eval"]["temperature"])
+    ro = rollout(model, tok, questions, ctx, cfg["elicit"], seed, temperature)
     k = cut_index(world, cfg["elicit"])
+    n_draws = int(cfg["eval"].get("prior_draws", 0) or 0)
+    if n_draws < 0:
+        raise ValueError(f"eval.prior_draws: must be ≥ 0, got {n_draws}")
+    draws = None
+    if n_draws and cfg["elicit"]["mode"] == "snap":
+        draws = snap_draws(model, tok, questions, n_draws, seed, temperature)
+    elif n_draws:
+        log.warning("eval.prior_draws=%d ignored: the samemode prior is one judge read of one trace, "
+                    "not a snap draw to repeat (de-attenuation needs elicit.mode=snap)", n_draws)
+    negs = negation_stated(model, tok, world, questions, seed, temperature) if cfg["eval"].get("negations") else None
     rows = []
     for i, q in enumerate(questions):
+        extra: dict[str, Any] = {}
+        if draws is not None:
+            extra["snap_draws"] = draws[i]
+        if negs is not None:
+            extra["stated_neg"] = negs[i]
         rows.append({
             "qid": q.qid, "y": q.y, "seed": seed,
             "prior": _r(ro.prior[i]), "posterior": _r(ro.posterior[i]), "stated": _r(ro.stated[i]),
@@ -35,6 +81,7 @@ def evaluate_model(model, tok, judge, cfg: dict[str, Any], questions) -> list[di
             "bayes_cut": _r(world.bayes(q, k)), "bayes_end": _r(world.bayes(q)),
             "completion": ro.trace.texts[i],
             **({"snap_completion": ro.snap.texts[i]} if ro.snap is not None else {}),
+            **extra,
         })
     return rows
 

@@ -38,13 +38,14 @@ def reasoned(world: SyntheticWorld, q: Question, rng: np.random.Generator | None
     """A reasoned completion and its running totals. agree = disagree = 1: the calibrated reasoner.
 
     The confirmation-biased reasoner multiplies a clue's step by ``agree`` when it points the way
-    the running total already leans and by ``disagree`` when it points against it.
+    the evidence read so far already leans (the sum of the steps before it) and by ``disagree``
+    when it points against it.
     """
     total = world.prior_units(q.negated)
     words, totals = ["think", fmt_int(total)], [total]
     for c in q.clues:
         step = world.step_units(c, q.negated)
-        lean = np.sign(total)
+        lean = np.sign(total - totals[0])
         if lean != 0 and step != 0 and (agree != 1.0 or disagree != 1.0):
             w = agree if np.sign(step) == lean else disagree
             if jitter and rng is not None:

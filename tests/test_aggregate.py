@@ -1,0 +1,46 @@
+"""A run's results folder: per-stage metrics, seeds aggregated as mean ± sd, records tagged."""
+import json
+
+import pytest
+
+from martingale import io
+from martingale.records.aggregate import write_run_results
+
+
+def _eval_dir(path, brier, ms, seed):
+    io.write_json(path / "metrics.json", {"n": 2, "brier": brier, "ms": ms, "ms_ci": [ms - 0.1, ms + 0.1]})
+    io.write_jsonl(path / "records.jsonl", [
+        {"qid": "ho00000", "y": 1, "prior": 0.6, "posterior": 0.7, "seed": seed, "completion": "think ..."},
+        {"qid": "ho00001", "y": 0, "prior": 0.4, "posterior": None, "seed": seed, "completion": "think"}])
+    return path
+
+
+def test_seeds_are_aggregated_as_mean_and_sd_per_stage(tmp_path):
+    evals = []
+    for seed, (b0, b1) in {41: (0.30, 0.20), 42: (0.32, 0.24)}.items():
+        for stage, b in (("s0", b0), ("s1", b1)):
+            d = tmp_path / f"{stage}-{seed}"
+            d.mkdir()
+            _eval_dir(d, b, 0.1 * seed / 41, seed)
+            evals.append({"stage": stage, "seed": seed, "dir": d, "model_stage": f"m-{stage}", "eval_stage": f"e-{stage}-{seed}"})
+    lineage = [{"run_id": "base", "parent": None, "knob": None}, {"run_id": "k3", "parent": "base", "knob": "seeds=[41,42]"}]
+    out = tmp_path / "results" / "k3"
+    result = write_run_results("k3", {"seeds": [41, 42]}, lineage, evals, out)
+    s1 = result["stages"]["s1"]
+    assert s1["brier"]["mean"] == pytest.approx(0.22) and s1["brier"]["sd"] == pytest.approx(0.0282843, rel=1e-4)
+    assert s1["brier"]["per_seed"] == [0.20, 0.24] and s1["seeds"] == [41, 42]
+    assert result["stage_order"] == ["s0", "s1"] and result["knob"] == "seeds=[41,42]"
+    rows = io.read_jsonl(out / "records.jsonl")
+    assert len(rows) == 8 and {r["stage"] for r in rows} == {"s0", "s1"}
+    assert all("completion" not in r for r in rows)
+    assert json.loads((out / "eval.json").read_text()) == json.loads(io.canonical_json(result))
+
+
+def test_single_seed_stage_keeps_plain_metrics(tmp_path):
+    d = tmp_path / "e"
+    d.mkdir()
+    _eval_dir(d, 0.25, 0.05, 42)
+    result = write_run_results("base", {}, [{"run_id": "base", "parent": None, "knob": None}],
+                               [{"stage": "s0", "seed": 42, "dir": d, "model_stage": "m", "eval_stage": "e"}],
+                               tmp_path / "out")
+    assert result["stages"]["s0"]["brier"] == 0.25 and result["parent"] is None
