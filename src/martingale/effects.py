@@ -69,8 +69,10 @@ def pair_records(child: list[dict[str, Any]], parent: list[dict[str, Any]]) -> t
     return c_rows, p_rows
 
 
-def _nan_test(name: str, why: str, undefined: dict[str, str]) -> float:
-    undefined[name] = why
+def _nan_test(names: tuple[str, ...], why: str, undefined: dict[str, str]) -> float:
+    """NaN for a test that cannot be computed, with the reason recorded under each of its keys."""
+    for name in names:
+        undefined[name] = why
     return float("nan")
 
 
@@ -104,12 +106,12 @@ def brier_effect(y: Any, p_child: Any, p_parent: Any, n_bootstrap: int = 1000, l
         out["ci"] = [float(res.confidence_interval.low), float(res.confidence_interval.high)]
     if np.all(d == 0):
         why = "every paired difference is 0 (child and parent state the same P on every question)"
-        out["t"] = out["p_t"] = _nan_test("p_t", why, undefined)
-        out["wilcoxon"] = out["p_wilcoxon"] = _nan_test("p_wilcoxon", why, undefined)
+        out["t"] = out["p_t"] = _nan_test(("t", "p_t"), why, undefined)
+        out["wilcoxon"] = out["p_wilcoxon"] = _nan_test(("wilcoxon", "p_wilcoxon"), why, undefined)
     else:
         if np.std(d) == 0:
             out["t"] = out["p_t"] = _nan_test(
-                "p_t", "the paired differences are all equal (zero variance): t is undefined", undefined)
+                ("t", "p_t"), "the paired differences are all equal (zero variance): t is undefined", undefined)
         else:
             t = stats.ttest_rel(lc, lp)
             out["t"], out["p_t"] = float(t.statistic), float(t.pvalue)
@@ -159,7 +161,7 @@ def ms_effect(prior_c: Any, post_c: Any, prior_p: Any, post_p: Any, n_bootstrap:
         if any(math.isnan(v) for v in out["ci"]):
             undefined["ci"] = "bootstrap interval undefined (a resample had a constant prior)"
     if same:
-        out["p_perm"] = _nan_test("p_perm", "child and parent read the same beliefs on every question", undefined)
+        out["p_perm"] = _nan_test(("p_perm",), "child and parent read the same beliefs on every question", undefined)
     else:
         prior = np.concatenate([a[0], a[2]])
         post = np.concatenate([a[1], a[3]])

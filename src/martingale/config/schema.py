@@ -21,7 +21,7 @@ class WorldConfig:
     logodds_unit: float = 0.25    # nats per integer step written in traces
     max_step: int = 12            # |rounded llr| cap, in units
     snap_noise: float = 1.5       # sd (nats) of the gut prior's per-draw noise
-    n_train: int = 1024           # training questions
+    n_train: int = 640            # training questions
     n_heldout: int = 1000         # disjoint held-out questions (eval)
     questions_file: Optional[str] = None  # JSONL of real questions (world=jsonl)
 
