@@ -29,14 +29,14 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(_finite(obj), sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
-def write_text(path: Path | str, text: str) -> None:
-    """Write text to path via a temp file in the same folder and an atomic rename."""
+def write_bytes(path: Path | str, data: bytes) -> None:
+    """Write bytes to path via a temp file in the same folder and an atomic rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -44,6 +44,11 @@ def write_text(path: Path | str, text: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def write_text(path: Path | str, text: str) -> None:
+    """Write UTF-8 text to path atomically (see write_bytes)."""
+    write_bytes(path, text.encode("utf-8"))
 
 
 def write_json(path: Path | str, obj: Any) -> None:

@@ -16,10 +16,7 @@ are built on ``matplotlib.figure.Figure`` (no pyplot state), so the same inputs 
 """
 from __future__ import annotations
 
-import contextlib
 import io
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +26,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from scipy import stats
 
+from .io import write_bytes
 from .metrics import N_BINS, _arr, calibration_bins
 
 PLOTS = ("prior_posterior", "delta_vs_prior", "reliability", "brier_ms_by_stage", "effect_forest")
@@ -41,18 +39,8 @@ def _save(fig: Figure, path: Path) -> Path:
     FigureCanvasAgg(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, metadata=_META)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(buf.getvalue())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    return path
+    write_bytes(path, buf.getvalue())
+    return Path(path)
 
 
 def _num(m: dict[str, Any], key: str) -> float:
