@@ -6,7 +6,7 @@ import json
 import pytest
 
 from martingale.plan import Plan, stage_dir
-from martingale.table import TableError, build_table, write_table
+from martingale.table import TableError, build_table, schema_errors, write_table
 
 from projcopy import proj, write_run  # noqa: F401 (proj: fixture)
 
@@ -45,6 +45,7 @@ def test_done_run_shows_the_last_stage_headline_metrics(proj):
     row = rows(proj)["A-on-D"]
     assert row["state"] == "done" and row["stage"] == "s1"
     assert row["metrics"] == {"brier": 0.15, "ms": 0.02, "ms_ci": [-0.01, 0.05], "bss": 0.3, "n": 512}
+    assert row["replicates"] == 1 and row["artifacts"]["eval"] == "results/A-on-D/eval.json"
 
 
 def test_run_marked_invalid_keeps_its_row_with_the_bug(proj):
@@ -73,9 +74,11 @@ def test_vanished_results_of_a_done_run_raise_naming_the_fix(proj):
     write_table(proj)
     before = (proj / "runs.json").read_bytes()
     (proj / "results/A-on-D/eval.json").unlink()
+    others = {n: (proj / n).read_bytes() for n in ("RUNS.md", "runs.html")}
     with pytest.raises(TableError, match=r"results/A-on-D/eval.json vanished: mark the run `invalid"):
         write_table(proj)
     assert (proj / "runs.json").read_bytes() == before
+    assert {n: (proj / n).read_bytes() for n in others} == others   # nothing half-written
 
 
 def test_vanished_results_are_fine_once_the_run_is_marked_invalid(proj):
@@ -92,3 +95,120 @@ def test_vanished_run_file_raises_instead_of_dropping_its_row(proj):
     (proj / "conf/runs/filter-s2only.yaml").unlink()
     with pytest.raises(TableError, match=r"conf/runs/filter-s2only.yaml vanished"):
         write_table(proj)
+
+
+# ---------------------------------------------------------------- what a row says
+
+def test_every_row_validates_against_the_runs_json_schema(proj):
+    finish(proj, "A-on-D")
+    write_run(proj, "D.yaml", "parent: base\nknob: start=D\ninvalid: \"wrong split\"\n")
+    table = build_table(proj)
+    assert schema_errors(table) == []
+    assert {r["state"] for r in table} == {"done", "queued", "invalid"}
+
+
+def test_the_schema_rejects_an_unknown_state_and_a_missing_key(proj):
+    table = build_table(proj)
+    bad = [dict(table[0], state="finished")] + [{k: v for k, v in table[1].items() if k != "config_hash"}]
+    errors = schema_errors(bad)
+    assert any(e.startswith("0/state") for e in errors)
+    assert any("'config_hash' is a required property" in e for e in errors)
+
+
+def test_a_row_carries_model_start_stage_chain_seeds_config_hash_and_wandb_name(proj):
+    row = {r["run_id"]: r for r in build_table(proj)}["filter-s2only"]
+    assert (row["model"], row["start"], row["seeds"]) == ("tiny", "D", [42])
+    assert row["stage_chain"] == ["pretrain", "distill:D", "s1:BP", "s2:A"]
+    assert row["config_hash"].startswith("sha256:") and len(row["config_hash"]) == 71
+    assert row["wandb"]["name"] == "filter-s2only"
+    assert row["wandb"]["group"].startswith("base/D/") and row["wandb"]["group"].endswith("/filter-s2only")
+
+
+def test_the_config_hash_follows_the_resolved_config(proj):
+    before = {r["run_id"]: r["config_hash"] for r in build_table(proj)}
+    write_run(proj, "A-on-D.yaml", "parent: D\nknob: stages.s1.reward=B\n")
+    after = {r["run_id"]: r["config_hash"] for r in build_table(proj)}
+    assert after["A-on-D"] != before["A-on-D"] and after["D"] == before["D"]
+
+
+def test_a_stage_being_written_under_a_running_snakemake_marks_the_run_running(proj):
+    plan = Plan.load(proj)
+    sid = plan.run_stages("A-on-D")[1].model_stage
+    tmp = proj / stage_dir(sid)
+    tmp.parent.mkdir(parents=True)
+    (tmp.parent / f".{sid}.x1y2.tmp").mkdir()
+    assert {r["run_id"]: r for r in build_table(proj)}["A-on-D"]["state"] == "queued"   # no Snakemake
+    (proj / ".snakemake/locks").mkdir(parents=True)
+    (proj / ".snakemake/locks/0.output.lock").write_text("")
+    assert {r["run_id"]: r for r in build_table(proj)}["A-on-D"]["state"] == "running"
+
+
+def test_a_crashed_row_names_the_failed_job_log(proj):
+    plan = Plan.load(proj)
+    sid = plan.run_stages("A-on-D")[1].model_stage
+    log = proj / "logs" / "train" / f"{sid}.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("10:00:00 ERROR martingale: stage failed\nmartingale.smk.Killed: killed by signal SIGTERM\n")
+    row = {r["run_id"]: r for r in build_table(proj)}["A-on-D"]
+    assert row["state"] == "crashed" and row["log"] == f"logs/train/{sid}.log"
+
+
+def test_a_cluster_job_log_of_a_cancelled_stage_marks_the_run_crashed(proj):
+    plan = Plan.load(proj)
+    sid = plan.run_stages("A-on-D")[1].model_stage
+    log = proj / ".snakemake/slurm_logs/rule_train" / sid / "17.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("slurmstepd: error: *** JOB 17 ON node CANCELLED AT 2026-11-30T10:00:00 ***\n")
+    row = {r["run_id"]: r for r in build_table(proj)}["A-on-D"]
+    assert row["state"] == "crashed" and row["log"] == f".snakemake/slurm_logs/rule_train/{sid}/17.log"
+
+
+# ---------------------------------------------------------------- RUNS.md and runs.html
+
+def land(root, run_id, when):
+    (root / "results" / run_id / "landed.json").write_text(json.dumps({"landed": when}))
+
+
+def test_runs_md_has_one_strict_line_per_run_newest_landing_first(proj):
+    finish(proj, "A-on-D"), land(proj, "A-on-D", "2026-11-30T10:00:00Z")
+    finish(proj, "D"), land(proj, "D", "2026-11-30T09:00:00Z")
+    write_table(proj)
+    md = (proj / "RUNS.md").read_text()
+    table = md.split("## Master runs table")[1].split("## Claims")[0]
+    lines = [ln for ln in table.splitlines() if ln.startswith("| ") and not ln.startswith("| run_id")]
+    ids = [ln.split("|")[1].strip() for ln in lines]
+    assert sorted(ids) == sorted(r["run_id"] for r in build_table(proj))
+    assert ids.index("A-on-D") == len(ids) - 2 and ids[-1] == "D"   # landed newest first, after the unlanded
+    assert all(ln.count("|") == 12 for ln in lines)                  # one strict line: 11 cells each
+
+
+def test_marking_a_run_invalid_moves_it_to_excluded_with_its_bug(proj):
+    finish(proj, "A-on-D")
+    write_table(proj)
+    write_run(proj, "A-on-D.yaml", "parent: D\nknob: stages.s1.reward=A\ninvalid: \"judge | read the wrong cut\"\n")
+    write_table(proj)
+    md = (proj / "RUNS.md").read_text()
+    master, excluded = md.split("## Excluded")
+    assert "\n| A-on-D |" not in master.split("## Claims")[0]
+    assert "| A-on-D | D | stages.s1.reward=A | – | judge \\| read the wrong cut |" in excluded
+
+
+def test_claims_section_maps_each_claim_to_its_supporting_runs_with_headline_numbers(proj):
+    finish(proj, "A-on-D")
+    write_table(proj)
+    md = (proj / "RUNS.md").read_text()
+    c1 = md.split("### C1")[1].split("###")[0]
+    assert "training improves a degenerate model" in c1.splitlines()[0]
+    assert "**A-on-D** (stages.s1.reward=A) — s1: Brier 0.1500, MS +0.020 [-0.010, +0.050]" in c1
+    assert "**filter-s2only** (stages.s1.filter=null) — queued" in c1
+    assert "No supporting run yet." in md.split("### C3")[1]
+
+
+def test_runs_html_embeds_the_rows_safely_and_regenerates_byte_identical(proj):
+    write_run(proj, "A-on-D.yaml", "parent: D\nknob: stages.s1.reward=A\nquestion: \"</script><b>x\"\n")
+    write_table(proj)
+    html = (proj / "runs.html").read_text()
+    assert html.count("</script>") == 3 and "<\\/script><b>x" in html
+    first = {n: (proj / n).read_bytes() for n in ("runs.json", "RUNS.md", "runs.html")}
+    write_table(proj)
+    assert {n: (proj / n).read_bytes() for n in first} == first

@@ -150,15 +150,71 @@ def check() -> None:
 
 @app.command("table")
 def table_cmd() -> None:
-    """Regenerate runs.json from conf/runs and results/."""
-    from .table import TableError, write_table
+    """Regenerate runs.json, RUNS.md and runs.html from conf/runs and results/."""
+    from .table import OUTPUTS, TableError, write_table
 
     try:
-        path = write_table(STATE.root)
+        write_table(STATE.root)
     except (RunError, TableError) as e:
         fail(str(e))
         return
-    out.print(str(path), markup=False)
+    out.print(" ".join(str(STATE.root / name) for name in OUTPUTS), markup=False)
+
+
+STATE_STYLE = {"done": "green", "running": "yellow", "queued": "dim", "crashed": "red", "invalid": "magenta"}
+
+
+@app.command()
+def status() -> None:
+    """The run tree with each run's state and headline; then the runs that can launch now (their
+    parent is done), like the log's queued/candidate table."""
+    from rich.tree import Tree
+
+    from .table import TableError, build_table
+    from .table import fmt
+
+    try:
+        rows = {r["run_id"]: r for r in build_table(STATE.root)}
+    except (RunError, TableError) as e:
+        fail(str(e))
+        return
+    children: dict[Optional[str], list[str]] = {}
+    for run_id, r in sorted(rows.items()):
+        children.setdefault(r["parent"], []).append(run_id)
+
+    def label(r: dict) -> str:
+        style = STATE_STYLE.get(r["state"], "")
+        text = f"[bold]{r['run_id']}[/]  [{style}]{r['state']}[/]"
+        if r.get("knob"):
+            text += f"  [cyan]{r['knob']}[/]"
+        if r["state"] == "done":
+            text += f"  Brier {fmt.brier(r['metrics'])}  MS {fmt.ms(r['metrics'])}"
+        if r.get("invalid"):
+            text += f"  bug: {r['invalid']}"
+        if r.get("log"):
+            text += f"  log: {r['log']}"
+        return text
+
+    tree = Tree(f"[bold]runs[/] ({len(rows)})")
+
+    def grow(node, parent: Optional[str]) -> None:
+        for run_id in children.get(parent, []):
+            grow(node.add(label(rows[run_id])), run_id)
+
+    grow(tree, None)
+    out.print(tree)
+    ready = [r for r in rows.values() if r["state"] in ("queued", "crashed")
+             and (r["parent"] is None or rows[r["parent"]]["state"] == "done")]
+    waiting = [r for r in rows.values() if r["state"] in ("queued", "crashed") and r not in ready]
+    table = Table(title=f"can launch now: {len(ready)} (parent done)  ·  waiting on a parent: {len(waiting)}")
+    for col in ("run-id", "parent", "Δ vs parent", "question", "state"):
+        table.add_column(col)
+    for r in ready:
+        table.add_row(r["run_id"], r["parent"] or "-", r["knob"] or "-", r.get("question") or "-", r["state"])
+    out.print(table)
+    if ready:
+        targets = " ".join(f"results/{r['run_id']}/eval.json" for r in ready)
+        out.print(f"launch: snakemake --profile profiles/<local|slurm> {targets}", markup=False)
 
 
 @app.command()

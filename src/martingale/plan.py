@@ -74,15 +74,21 @@ def _model_slice(model: dict) -> dict:
 
 
 def _resources(model: dict) -> dict[str, Any]:
+    """What a stage on this model asks a scheduler for, as Snakemake resources: ``threads``,
+    ``mem_mb``, ``runtime`` (minutes) always; ``gpu`` (count) and ``gpu_model`` only when the model
+    needs GPUs (``gpus`` > 0), so a CPU stage carries no GPU resource at all. ``gpu``/``gpu_model``
+    are the names snakemake-executor-plugin-slurm turns into ``sbatch --gpus=<model>:<n>``."""
     r = model.get("resources") or {}
     out: dict[str, Any] = {
         "threads": int(r.get("cpus", 1)),
         "mem_mb": int(r.get("mem_mb", 1000)),
         "runtime": int(r.get("runtime_min", 60)),
-        "gpu": int(r.get("gpus", 0)),
     }
-    if r.get("gpu_model"):
-        out["gpu_model"] = r["gpu_model"]
+    gpus = int(r.get("gpus") or 0)
+    if gpus > 0:
+        out["gpu"] = gpus
+        if r.get("gpu_model"):
+            out["gpu_model"] = str(r["gpu_model"])
     return out
 
 
@@ -95,6 +101,8 @@ class Plan:
         self.stages: dict[str, Stage] = {}
         self._runs: dict[str, list[RunStage]] = {}
         self._chains: dict[str, list[str]] = {}
+        self._labels: dict[str, str] = {}      # stage id -> its role, e.g. "train-s1", "eval-s0"
+        self._runs_info: dict[str, dict] = {}  # run id -> model, start, stage chain, seeds, hash
         for run_id in tree.ids():
             self._plan_run(run_id)
 
@@ -105,10 +113,11 @@ class Plan:
         return cls(RunTree.load(root / "conf"), root)
 
     # ---------------------------------------------------------------- building
-    def _add(self, kind: str, cfg: dict, inputs: dict[str, str], resources: dict) -> str:
+    def _add(self, kind: str, cfg: dict, inputs: dict[str, str], resources: dict, label: str) -> str:
         sid = stage_id(kind, cfg, inputs)
         if sid not in self.stages:
             self.stages[sid] = Stage(kind, sid, cfg, dict(inputs), resources)
+            self._labels[sid] = label
         return sid
 
     def _plan_run(self, run_id: str) -> None:
@@ -118,21 +127,22 @@ class Plan:
         res = _resources(model)
         chain: list[str] = []
         if model.get("path"):
-            s0 = self._add("weights", {"model": mslice}, {}, res)
+            s0 = self._add("weights", {"model": mslice}, {}, res, "weights")
         else:
-            s0 = self._add("pretrain", {"world": world, "model": mslice, "pretrain": cfg["pretrain"]}, {}, res)
+            s0 = self._add("pretrain", {"world": world, "model": mslice, "pretrain": cfg["pretrain"]}, {},
+                           res, "pretrain")
         chain.append(s0)
         if cfg["start"] == "D":
             s0 = self._add("distill", {"world": world, "model": mslice, "distill": cfg["distill"]},
-                           {"base_model": s0}, res)
+                           {"base_model": s0}, res, "distill-D")
             chain.append(s0)
         rows: list[RunStage] = []
         for seed in cfg["seeds"]:
-            def evaluate(model_id: str) -> str:
+            def evaluate(model_id: str, name: str) -> str:
                 return self._add("eval", {"world": world, "model": mslice, "elicit": elicit,
                                           "eval": cfg["eval"], "seed": seed},
-                                 {"model": model_id, "judge_model": s0}, res)
-            ev = evaluate(s0)
+                                 {"model": model_id, "judge_model": s0}, res, f"eval-{name}")
+            ev = evaluate(s0, "s0")
             rows.append(RunStage("s0", seed, s0, ev))
             chain.append(ev)
             current = s0
@@ -142,12 +152,19 @@ class Plan:
                     continue
                 current = self._add("train", {"world": world, "model": mslice, "elicit": elicit,
                                               "stage": stage_cfg, "seed": seed},
-                                    {"start_model": current, "judge_model": s0}, res)
-                ev = evaluate(current)
+                                    {"start_model": current, "judge_model": s0}, res, f"train-{name}")
+                ev = evaluate(current, name)
                 rows.append(RunStage(name, seed, current, ev))
                 chain += [current, ev]
         self._runs[run_id] = rows
         self._chains[run_id] = list(dict.fromkeys(chain))
+        steps = ["weights" if model.get("path") else "pretrain"] + (["distill:D"] if cfg["start"] == "D" else [])
+        steps += [f"{n}:{cfg['stages'][n]['reward']}" for n in TRAIN_STAGES if cfg["stages"][n].get("reward")]
+        self._runs_info[run_id] = {
+            "model": model.get("name"), "start": cfg["start"], "elicit": elicit.get("mode"),
+            "stage_chain": steps, "seeds": [int(s) for s in cfg["seeds"]],
+            "config_hash": config_hash(cfg), "wandb": dict(cfg.get("wandb") or {}),
+        }
 
     # ---------------------------------------------------------------- queries
     def run_ids(self) -> list[str]:
@@ -187,9 +204,29 @@ class Plan:
                  "model_stage": r.model_stage, "eval_stage": r.eval_stage}
                 for r in self._runs[run_id]]
 
-    def index(self) -> dict[str, list[str]]:
-        """run-id → every stage id it needs (for the runs table's crash detection)."""
-        return {r: list(self._chains[r]) for r in sorted(self._runs)}
+    def group(self, run_id: str) -> str:
+        """The run's lineage as ``root/…/run`` (the wandb group of its stages)."""
+        return "/".join(s.run_id for s in self.tree.lineage(run_id))
+
+    def stage_owners(self) -> dict[str, str]:
+        """Stage id → the run that introduced it: of the runs needing it, the one nearest the root
+        (then by run-id). A shared stage is logged once, under that run's name."""
+        order = sorted(self._runs, key=lambda r: (len(self.tree.lineage(r)), r))
+        owners: dict[str, str] = {}
+        for run_id in order:
+            for sid in self._chains[run_id]:
+                owners.setdefault(sid, run_id)
+        return owners
+
+    def index(self) -> dict[str, Any]:
+        """What readers outside the parse need, without composing configs again: per run its
+        stage ids (``chain``), model, start, stage chain, seeds, config hash and lineage group;
+        per stage its owner run and role. ``conf_hash`` says which conf/ tree it was made from."""
+        owners = self.stage_owners()
+        runs = {r: {"chain": list(self._chains[r]), "group": self.group(r), **self._runs_info[r]}
+                for r in sorted(self._runs)}
+        stages = {sid: {"owner": owners[sid], "job_type": self._labels[sid]} for sid in sorted(self.stages)}
+        return {"conf_hash": conf_hash(self.root / "conf"), "runs": runs, "stages": stages}
 
     def write_index(self, path: Path | str | None = None) -> Path:
         """Write ``results/_store/index.json`` (only when its content changed)."""
@@ -200,9 +237,38 @@ class Plan:
         return path
 
 
-def read_index(root: Path | str) -> Optional[dict[str, list[str]]]:
+def config_hash(cfg: dict) -> str:
+    """``sha256:<hex>`` of a resolved config's canonical JSON: equal configs, equal hashes."""
+    return "sha256:" + hashlib.sha256(canonical_json(cfg).encode("utf-8")).hexdigest()
+
+
+def conf_hash(conf_dir: Path | str) -> str:
+    """sha256 over every file under conf/ (relative path + bytes): tells a stale index."""
+    conf_dir = Path(conf_dir)
+    h = hashlib.sha256()
+    for path in sorted(p for p in conf_dir.rglob("*") if p.is_file()):
+        h.update(path.relative_to(conf_dir).as_posix().encode("utf-8") + b"\0")
+        h.update(path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def read_index(root: Path | str) -> Optional[dict[str, Any]]:
+    """``results/_store/index.json`` if it is there, readable, and in this format; else None."""
     path = Path(root) / STORE / "index.json"
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        index = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+    return index if isinstance(index, dict) and isinstance(index.get("runs"), dict) else None
+
+
+def current_index(root: Path | str) -> dict[str, Any]:
+    """The index for conf/ as it is now: the stored one if its conf_hash matches, else plan again
+    (composing every run) and store it."""
+    root = Path(root)
+    index = read_index(root)
+    if index is not None and index.get("conf_hash") == conf_hash(root / "conf"):
+        return index
+    plan = Plan.load(root)
+    plan.write_index()
+    return plan.index()

@@ -8,13 +8,25 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
 
+class Killed(RuntimeError):
+    """The job was sent SIGTERM (a SLURM scancel or time limit, a Ctrl-C'd Snakemake)."""
+
+
+def _raise_killed(signum: int, frame: Any) -> None:
+    raise Killed(f"killed by signal {signal.Signals(signum).name} (scancel, time limit or an "
+                 f"interrupted Snakemake): the stage's partial output is removed")
+
+
 def run_logged(snakemake: Any, body: Callable[[], Any]) -> Any:
-    """Run body() with logging, stdout and stderr going to the rule's log; tracebacks logged."""
+    """Run body() with logging, stdout and stderr going to the rule's log; tracebacks logged.
+    SIGTERM becomes an exception, so a killed stage logs why and leaves no partial output."""
+    signal.signal(signal.SIGTERM, _raise_killed)
     log_path = Path(snakemake.log[0])
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "a", encoding="utf-8") as log_file:
@@ -45,6 +57,27 @@ def inputs(snakemake: Any) -> dict[str, Path]:
 def stage_run(kind: str) -> Callable[..., Any]:
     """``martingale.stages.<kind>.run``, imported only inside the job (torch stays out of the parse)."""
     return importlib.import_module(f"martingale.stages.{kind}").run
+
+
+def track_stage(snakemake: Any) -> None:
+    """Mirror the finished stage to wandb under its owner run (martingale.tracking)."""
+    from .tracking import mirror_stage
+    mirror_stage(Path.cwd(), snakemake.wildcards.sid, Path(snakemake.output[0]), dict(snakemake.params.cfg))
+
+
+def track_run(run_id: str, cfg: dict, lineage: list[dict], evals_path: Path) -> None:
+    """Mirror a run's aggregate (resolved config, metrics per stage) to wandb as ``aggregate``."""
+    from .io import read_json
+    from .tracking import mirror_run
+    mirror_run(Path.cwd(), run_id, "/".join(str(x["run_id"]) for x in lineage), cfg, read_json(evals_path))
+
+
+def record_landing(path: Path) -> None:
+    """results/<run>/landed.json: when the run's results landed (UTC, to the second)."""
+    from datetime import datetime, timezone
+
+    from .io import write_json
+    write_json(path, {"landed": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")})
 
 
 def aggregate_fn() -> Callable[..., Any]:

@@ -12,6 +12,7 @@ rule aggregate:
         config="results/{run}/config.yaml",
         lineage="results/{run}/lineage.json",
         records="results/{run}/records.jsonl",
+        landed="results/{run}/landed.json",
         prior_posterior=plot_output("prior_posterior"),
         delta_vs_prior=plot_output("delta_vs_prior"),
         reliability=plot_output("reliability"),
@@ -37,7 +38,11 @@ rule runs_table:
     input:
         table_inputs,
     output:
-        "runs.json",
+        # update(): Snakemake must not delete the previous table before the job; the step reads it
+        # to refuse dropping a row. Each file is rewritten only when its content changes.
+        table=update("runs.json"),
+        markdown=update("RUNS.md"),
+        page=report(update("runs.html"), caption="../report/runs_table.rst", category="Runs table"),
     log:
         "logs/runs_table.log",
     localrule: True

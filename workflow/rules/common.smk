@@ -35,20 +35,31 @@ def stage_cfg(wildcards):
     return PLAN.stages[wildcards.sid].cfg
 
 
+# A stage's scheduling resources, from conf/model/<name>.yaml `resources:` (plan._resources).
+# Snakemake drops a resource whose function returns None: a CPU-only stage has no gpu/gpu_model.
 def stage_threads(wildcards):
+    """CPUs of the stage (sbatch --cpus-per-task)."""
     return PLAN.stages[wildcards.sid].resources["threads"]
 
 
 def stage_mem_mb(wildcards):
+    """Memory in MB (sbatch --mem)."""
     return PLAN.stages[wildcards.sid].resources["mem_mb"]
 
 
 def stage_runtime(wildcards):
+    """Wall-time limit in minutes (sbatch -t)."""
     return PLAN.stages[wildcards.sid].resources["runtime"]
 
 
 def stage_gpu(wildcards):
-    return PLAN.stages[wildcards.sid].resources["gpu"]
+    """Number of GPUs, or None (no GPU resource) for a CPU model (sbatch --gpus=[model:]n)."""
+    return PLAN.stages[wildcards.sid].resources.get("gpu")
+
+
+def stage_gpu_model(wildcards):
+    """GPU type (e.g. h200), or None; with gpu it makes sbatch --gpus=<gpu_model>:<gpu>."""
+    return PLAN.stages[wildcards.sid].resources.get("gpu_model")
 
 
 def run_eval_dirs(wildcards):

@@ -32,6 +32,7 @@ rule pretrain:
         mem_mb=stage_mem_mb,
         runtime=stage_runtime,
         gpu=stage_gpu,
+        gpu_model=stage_gpu_model,
     conda:
         "../envs/martingale.yaml"
     script:

@@ -17,6 +17,7 @@ rule train:
         mem_mb=stage_mem_mb,
         runtime=stage_runtime,
         gpu=stage_gpu,
+        gpu_model=stage_gpu_model,
     conda:
         "../envs/martingale.yaml"
     script:

@@ -1,8 +1,10 @@
 """Gather one run: martingale.records.aggregate.write_run_results(run_id, cfg, lineage, evals, out_dir,
-parent_evals) — eval.json with the knob's paired effect against the parent, and the plots."""
+parent_evals) — eval.json with the knob's paired effect against the parent, and the plots; then
+landed.json, when the results landed (the only clock value the runs table shows); then the
+run's wandb mirror."""
 from pathlib import Path
 
-from martingale.smk import aggregate_fn, run_logged
+from martingale.smk import aggregate_fn, record_landing, run_logged, track_run
 
 
 def main(smk):
@@ -10,8 +12,10 @@ def main(smk):
         evals = [dict(e, dir=Path(e["dir"])) for e in smk.params.evals]
         parent_evals = [dict(e, dir=Path(e["dir"])) for e in smk.params.parent_evals]
         out_dir = Path(smk.output.evals).parent
-        return aggregate_fn()(smk.wildcards.run, dict(smk.params.cfg), list(smk.params.lineage),
-                              evals, out_dir, parent_evals=parent_evals)
+        cfg, lineage = dict(smk.params.cfg), list(smk.params.lineage)
+        aggregate_fn()(smk.wildcards.run, cfg, lineage, evals, out_dir, parent_evals=parent_evals)
+        record_landing(Path(smk.output.landed))
+        track_run(smk.wildcards.run, cfg, lineage, Path(smk.output.evals))
 
     run_logged(smk, body)
 

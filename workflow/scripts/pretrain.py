@@ -1,16 +1,17 @@
-"""Stage script (thin): martingale.stages.pretrain.run(cfg, out_dir).
+"""Stage script (thin), then its wandb mirror: martingale.stages.pretrain.run(cfg, out_dir).
 
 Stage bodies are imported inside the job, so torch never loads while Snakemake parses.
 """
 from pathlib import Path
 
-from martingale.smk import run_logged, stage_run
+from martingale.smk import run_logged, stage_run, track_stage
 
 
 def main(smk):
     def body():
         run = stage_run("pretrain")
-        return run(dict(smk.params.cfg), Path(smk.output[0]))
+        run(dict(smk.params.cfg), Path(smk.output[0]))
+        track_stage(smk)
 
     run_logged(smk, body)
 

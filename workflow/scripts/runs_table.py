@@ -1,4 +1,5 @@
-"""Regenerate runs.json from the run files and the results: martingale.table.write_table(root)."""
+"""Regenerate the master runs table — runs.json, RUNS.md, runs.html — from the run files and the
+results: martingale.table.write_table(root)."""
 from pathlib import Path
 
 from martingale.smk import run_logged
@@ -7,7 +8,7 @@ from martingale.smk import run_logged
 def main(smk):
     from martingale.table import write_table
 
-    run_logged(smk, lambda: write_table(Path(smk.output[0]).resolve().parent))
+    run_logged(smk, lambda: write_table(Path(smk.output.table).resolve().parent))
 
 
 main(snakemake)  # noqa: F821 (injected by Snakemake)

@@ -4,7 +4,7 @@ import os
 from pathlib import Path
 
 from martingale.io import atomic_dir
-from martingale.smk import run_logged
+from martingale.smk import run_logged, track_stage
 
 
 def main(smk):
@@ -16,6 +16,7 @@ def main(smk):
             raise FileNotFoundError(f"model.path {src} is not a folder of weights")
         with atomic_dir(out_dir) as tmp:
             os.symlink(src, tmp / "model", target_is_directory=True)
+        track_stage(smk)
 
     run_logged(smk, body)
 

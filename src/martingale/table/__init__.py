@@ -1,0 +1,66 @@
+"""The master runs table, regenerated from conf/runs and results/, never hand-edited:
+
+- ``runs.json``  one row per run (rows.py), checked against runs.schema.json (schema.py);
+- ``RUNS.md``    the log's view: master table, claims → runs, Excluded (markdown.py);
+- ``runs.html``  the interactive page over the same rows (page.py).
+
+Each file is rewritten only when its content changes; the same inputs give the same bytes. A row is
+never dropped: a vanished run, or a done run's vanished results, fails with how to mark it invalid.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from ..io import canonical_json, write_text
+from . import markdown, page
+from .rows import TableError, build_table, check_no_vanished, previous_rows
+from .schema import schema_errors
+
+TABLE = "runs.json"
+OUTPUTS = (TABLE, "RUNS.md", "runs.html")
+CLAIMS = "conf/claims.yaml"
+
+
+def load_claims(root: Path) -> dict[str, str]:
+    """conf/claims.yaml: claim name → statement (absent file: no statements)."""
+    path = root / CLAIMS
+    if not path.exists():
+        return {}
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        raise TableError(f"{CLAIMS}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        raise TableError(f"{CLAIMS}: expected a mapping claim → statement")
+    return {str(k): v for k, v in data.items()}
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    try:
+        if path.read_text(encoding="utf-8") == text:
+            return
+    except OSError:
+        pass
+    write_text(path, text)
+
+
+def write_table(root: Path | str = ".", tree=None) -> Path:
+    """Regenerate runs.json, RUNS.md and runs.html under root; returns runs.json's path. Nothing is
+    written unless every check passes (no vanished row, schema-valid rows)."""
+    root = Path(root)
+    path = root / TABLE
+    rows = build_table(root, tree)
+    check_no_vanished(previous_rows(path), rows)
+    if errors := schema_errors(rows):
+        raise TableError(f"runs.json: schema: {errors[0]}")
+    claims = load_claims(root)
+    texts = {TABLE: canonical_json(rows), "RUNS.md": markdown.render(rows, claims),
+             "runs.html": page.render(rows, claims)}
+    for name in OUTPUTS:
+        _write_if_changed(root / name, texts[name])
+    return path
+
+
+__all__ = ["OUTPUTS", "TABLE", "TableError", "build_table", "write_table", "load_claims", "schema_errors"]

@@ -1,0 +1,184 @@
+"""The rows of ``runs.json``: one per run, read from the run files, the plan index and results/.
+
+Every value comes from a file, so the same files give the same rows (no clock is read; the only
+time is ``landed``, which the aggregate recorded in results/<run>/landed.json). States:
+
+- ``invalid``: the run file names a bug (``invalid: "<bug>"``);
+- ``done``: results/<run>/eval.json exists;
+- ``running``: one of its stages is being written (a stage's temp folder exists) while a
+  Snakemake holds the project's lock;
+- ``crashed``: a stage or its aggregate has no output and a job log shows a failure
+  (``log`` gives that log's path);
+- ``queued``: anything else (never built, or built only in part).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+from ..config.runs import RunTree
+from ..plan import STORE, current_index, stage_dir
+
+HEADLINE = ("n", "brier", "brier_ci", "ms", "ms_ci", "bss", "parse_rate")
+# The knob's paired effect against the parent (eval.json's effect.headline): the last stage with
+# a defined ΔBrier; one seed gives CI and p, several the spread and "beats parent k/n".
+EFFECT = ("stage", "n_paired", "brier_delta", "brier_ci", "p_t", "p_wilcoxon", "share_child_wins",
+          "ms_delta", "ms_ci", "p_perm_ms", "seeds", "brier_delta_sd", "ms_delta_sd", "beats_parent",
+          "beats_parent_ci")
+# A failed job's log: our stages log "stage failed" + the traceback (martingale.smk.run_logged);
+# SLURM writes "CANCELLED" / "DUE TO TIME LIMIT" into its job log.
+_ERROR_MARKS = ("stage failed", "Traceback (most recent call last)", "Error", "CANCELLED", "DUE TO TIME LIMIT")
+RUN_FILES = ("eval.json", "records.jsonl", "config.yaml", "lineage.json")
+
+
+class TableError(ValueError):
+    """The table cannot be regenerated without losing a row."""
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _last_stage(evals: Any) -> tuple[Optional[str], dict]:
+    stages = evals.get("stages") if isinstance(evals, dict) else None
+    if isinstance(stages, dict) and stages:
+        name = list(stages)[-1]
+        return str(name), stages[name] if isinstance(stages[name], dict) else {}
+    return None, {}
+
+
+def _effect(evals: Any) -> Optional[dict]:
+    eff = evals.get("effect") if isinstance(evals, dict) else None
+    head = eff.get("headline") if isinstance(eff, dict) else None
+    return {k: head[k] for k in EFFECT if k in head} if isinstance(head, dict) else None
+
+
+def _replicates(evals: Any, stage: dict) -> int:
+    """Seeds that reached the last stage: a multi-seed stage lists them, one seed is one."""
+    seeds = stage.get("seeds")
+    return len(seeds) if isinstance(seeds, list) else (1 if stage else 0)
+
+
+def _log_failed(path: Path) -> bool:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return any(mark in text for mark in _ERROR_MARKS)
+
+
+def _job_logs(root: Path, sid: str) -> list[Path]:
+    """Logs of one stage: its own log, then the cluster executor's job logs for it (newest id last)."""
+    kind = sid.split("-", 1)[0]
+    own = [root / "logs" / kind / f"{sid}.log"]
+    slurm = root / ".snakemake" / "slurm_logs"
+    cluster = sorted(slurm.glob(f"rule_*/{sid}/*.log"), key=lambda p: (len(p.stem), p.stem)) \
+        if slurm.is_dir() else []
+    return own + cluster
+
+
+def _failed_log(root: Path, run_id: str, chain: list[str]) -> Optional[str]:
+    """The first failed job log of a stage of the run without output (or of its aggregate)."""
+    for sid in chain:
+        if (root / stage_dir(sid)).exists():
+            continue
+        for log in _job_logs(root, sid):
+            if _log_failed(log):
+                return log.relative_to(root).as_posix()
+    agg = root / "logs" / "aggregate" / f"{run_id}.log"
+    return agg.relative_to(root).as_posix() if _log_failed(agg) else None
+
+
+def _being_written(root: Path, chain: list[str]) -> bool:
+    """A stage's temp folder exists (io.atomic_dir) while a Snakemake holds the lock."""
+    locks = root / ".snakemake" / "locks"
+    if not (locks.is_dir() and any(locks.iterdir())):
+        return False
+    for sid in chain:
+        folder = root / stage_dir(sid)
+        if not folder.exists() and any(folder.parent.glob(f".{sid}.*.tmp")):
+            return True
+    return False
+
+
+def _artifacts(root: Path, run_id: str, chain: list[str]) -> dict[str, Any]:
+    out = Path("results") / run_id
+    files = {name.split(".")[0]: (out / name).as_posix() for name in RUN_FILES if (root / out / name).exists()}
+    plots = sorted(p.relative_to(root).as_posix() for p in (root / out / "plots").glob("*.png"))
+    return {**files, "plots": plots, "stages": [stage_dir(s) for s in chain]}
+
+
+def build_row(root: Path, tree: RunTree, index: dict, run_id: str) -> dict[str, Any]:
+    spec = tree.specs[run_id]
+    info = index["runs"].get(run_id, {})
+    chain = list(info.get("chain", []))
+    row: dict[str, Any] = {"run_id": run_id, "parent": spec.parent, "knob": spec.knob}
+    row.update(spec.metadata())
+    row.update({k: info.get(k) for k in ("model", "start", "elicit", "stage_chain", "seeds", "config_hash")})
+    evals_path = root / "results" / run_id / "eval.json"
+    done = evals_path.exists()
+    log = None if done else _failed_log(root, run_id, chain)
+    if spec.invalid:
+        state = "invalid"
+    elif done:
+        state = "done"
+    elif _being_written(root, chain):
+        state, log = "running", None
+    elif log:
+        state = "crashed"
+    else:
+        state = "queued"
+    evals = _read_json(evals_path) if done else None
+    stage, last = _last_stage(evals)
+    landed = _read_json(root / "results" / run_id / "landed.json")
+    row.update(
+        state=state,
+        log=log,
+        stage=stage,
+        metrics={k: last[k] for k in HEADLINE if k in last},
+        effect=_effect(evals),
+        replicates=_replicates(evals, last),
+        landed=landed.get("landed") if isinstance(landed, dict) else None,
+        artifacts=_artifacts(root, run_id, chain),
+        wandb={"name": run_id, "group": info.get("group"),
+               "project": str((info.get("wandb") or {}).get("project") or "martingale")},
+    )
+    return row
+
+
+def build_table(root: Path | str = ".", tree: RunTree | None = None) -> list[dict]:
+    """One row per run, sorted by run-id. Run files are read without composing; model, stage chain
+    and config hash come from the plan index (re-planned only when conf/ changed)."""
+    root = Path(root)
+    tree = tree if tree is not None else RunTree.load(root / "conf", compose=False)
+    index = current_index(root)
+    return [build_row(root, tree, index, run_id) for run_id in tree.ids()]
+
+
+def previous_rows(path: Path) -> list[dict]:
+    data = _read_json(path)
+    return [r for r in data if isinstance(r, dict) and "run_id" in r] if isinstance(data, list) else []
+
+
+def check_no_vanished(previous: list[dict], rows: list[dict]) -> None:
+    """A row is never dropped: a vanished run file or a done run's vanished results is an error
+    that says how to record the run as invalid instead."""
+    now = {r["run_id"]: r for r in rows}
+    for old in previous:
+        run_id = old["run_id"]
+        new = now.get(run_id)
+        if new is None:
+            raise TableError(
+                f"conf/runs/{run_id}.yaml vanished but runs.json has its row ({old.get('state')}): "
+                f"restore the file and mark the run `invalid: \"<bug>\"` instead of deleting it")
+        if old.get("state") == "done" and new["state"] not in ("done", "invalid"):
+            raise TableError(
+                f"results/{run_id}/eval.json vanished: mark the run `invalid: \"<bug>\"` in "
+                f"conf/runs/{run_id}.yaml or rebuild it")
+
+
+__all__ = ["TableError", "build_table", "check_no_vanished", "previous_rows", "STORE"]
