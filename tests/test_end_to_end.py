@@ -7,6 +7,7 @@ HF loaders, peft and the Snakefile are the real ones.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -29,9 +30,15 @@ eval: {n_bootstrap: 100}
 
 pytestmark = pytest.mark.slow
 
+# A W&B key in the environment of every Snakemake call: the mirror runs offline (the default) and
+# the key must never reach results, logs, the table or the wandb folder.
+SECRET = "wandb-key-NEVER-WRITE-0123456789abcdef"
+ENV = {**{k: v for k, v in os.environ.items() if k != "WANDB_MODE"}, "WANDB_API_KEY": SECRET}
+
 
 def smk(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([SNAKEMAKE, "--cores", "2", *args], cwd=root, capture_output=True, text=True)
+    return subprocess.run([SNAKEMAKE, "--cores", "2", *args], cwd=root, capture_output=True, text=True,
+                          env=ENV)
 
 
 @pytest.fixture(scope="module")
@@ -99,11 +106,12 @@ def test_every_plot_of_the_run_exists_as_a_png(built):
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, name
 
 
-def test_snakemake_report_includes_the_plots(built):
-    res = smk(built, "--report", "report.html", "results/filter-s2only/eval.json")
+def test_snakemake_report_includes_the_plots_and_the_runs_table(built):
+    assert smk(built, "runs.json").returncode == 0   # a report shows results; it builds none
+    res = smk(built, "--report", "report.html", "results/filter-s2only/eval.json", "runs.json")
     assert res.returncode == 0, res.stderr[-3000:]
     html = (built / "report.html").read_text(encoding="utf-8", errors="replace")
-    for name in ("prior_posterior.png", "effect_forest.png", "reliability.png"):
+    for name in ("prior_posterior.png", "effect_forest.png", "reliability.png", "runs.html"):
         assert name in html, name
 
 
@@ -161,16 +169,47 @@ def test_a_failing_stage_logs_its_error_and_the_table_marks_the_run_crashed(buil
         (built / "conf/runs/nan-kl.yaml").unlink()
 
 
-def test_runs_table_marks_the_built_run_done_and_regenerates_byte_identical(built):
+TABLE_FILES = ("runs.json", "RUNS.md", "runs.html")
+
+
+def test_snakemake_runs_json_writes_the_three_table_files_and_regenerates_byte_identical(built):
+    from martingale.table import schema_errors
     assert smk(built, "runs.json").returncode == 0
-    first = (built / "runs.json").read_bytes()
-    rows = {r["run_id"]: r for r in json.loads(first)}
+    first = {name: (built / name).read_bytes() for name in TABLE_FILES}
+    rows = {r["run_id"]: r for r in json.loads(first["runs.json"])}
+    assert schema_errors(list(rows.values())) == []
     assert rows["filter-s2only"]["state"] == "done" and rows["A-on-D"]["state"] == "queued"
+    assert rows["filter-s2only"]["landed"] and rows["filter-s2only"]["replicates"] == 1
     ev = json.loads((built / "results/filter-s2only/eval.json").read_text())
     assert rows["filter-s2only"]["effect"] == ev["effect"]["headline"]   # null if no stage has a ΔBrier
+    assert "| filter-s2only | filter-twostage | stages.s1.filter=null | tiny | done | s2 |" in first["RUNS.md"].decode()
+    assert b'"run_id":"filter-s2only"' in first["runs.html"]
+    os.utime(built / "conf/runs/base.yaml")      # a touched run file: the step reruns, same bytes
+    assert smk(built, "runs.json").returncode == 0
     subprocess.run([str(Path(sys.executable).with_name("martingale")), "--root", str(built), "table"],
                    check=True, capture_output=True)
-    assert (built / "runs.json").read_bytes() == first
+    assert {name: (built / name).read_bytes() for name in TABLE_FILES} == first
+
+
+def test_every_built_stage_and_the_run_are_mirrored_to_wandb_offline(built):
+    from martingale.plan import read_index
+    index = read_index(built)
+    chain = index["runs"]["filter-s2only"]["chain"]
+    folders = {p.name.rsplit("-", 2)[-2] + "-" + p.name.rsplit("-", 1)[-1]: p
+               for p in (built / "wandb").glob("offline-run-*")}
+    for sid in chain:
+        data = b"".join(f.read_bytes() for f in folders[sid].glob("*.wandb"))
+        stage = index["stages"][sid]
+        assert stage["owner"].encode() in data and stage["job_type"].encode() in data, sid
+    agg = next(p for p in (built / "wandb").glob("offline-run-*-filter-s2only-aggregate"))
+    assert b"aggregate" in b"".join(f.read_bytes() for f in agg.glob("*.wandb"))
+
+
+def test_the_wandb_key_in_the_environment_is_written_nowhere(built):
+    leaks = [p for top in ("results", "logs", "wandb", ".snakemake") for p in (built / top).rglob("*")
+             if p.is_file() and not p.is_symlink() and SECRET.encode() in p.read_bytes()]
+    leaks += [built / n for n in TABLE_FILES if (built / n).exists() and SECRET.encode() in (built / n).read_bytes()]
+    assert leaks == []
 
 
 def test_same_seed_gives_byte_identical_records(built, tmp_path):
@@ -191,3 +230,23 @@ def test_same_seed_gives_byte_identical_records(built, tmp_path):
     assert (tmp_path / "s2/model/model.safetensors").read_bytes() == \
         (built / stage_dir(s2.id) / "model/model.safetensors").read_bytes()
     assert read_json(tmp_path / "s2/stage.json")["steps"] > 0
+
+
+def test_zz_vanished_results_fail_the_table_step_until_the_run_is_marked_invalid(built):
+    """Last in the module: it deletes a built run's results."""
+    assert smk(built, "runs.json").returncode == 0
+    before = {name: (built / name).read_bytes() for name in TABLE_FILES}
+    (built / "results/filter-s2only/eval.json").unlink()
+    res = smk(built, "runs.json")
+    assert res.returncode != 0
+    log = (built / "logs/runs_table.log").read_text()
+    assert "results/filter-s2only/eval.json vanished: mark the run `invalid" in log
+    assert {name: (built / name).read_bytes() for name in TABLE_FILES} == before
+    run_file = built / "conf/runs/filter-s2only.yaml"
+    run_file.write_text(run_file.read_text() + 'invalid: "eval.json lost in a disk clean-up"\n')
+    assert smk(built, "runs.json").returncode == 0
+    rows = {r["run_id"]: r for r in json.loads((built / "runs.json").read_text())}
+    assert rows["filter-s2only"]["state"] == "invalid"
+    excluded = (built / "RUNS.md").read_text().split("## Excluded")[1]
+    assert "| filter-s2only | filter-twostage | stages.s1.filter=null |" in excluded
+    assert "eval.json lost in a disk clean-up |" in excluded
