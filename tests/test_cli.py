@@ -1,4 +1,4 @@
-"""The martingale command: new, show, diff, check, table, plan."""
+"""The martingale command: new, show, diff, check, table, status, plan."""
 from __future__ import annotations
 
 import subprocess
@@ -18,7 +18,7 @@ def cli(root, *args):
 
 
 def test_help_works_on_every_command():
-    for cmd in ([], ["new"], ["show"], ["diff"], ["check"], ["table"], ["plan"]):
+    for cmd in ([], ["new"], ["show"], ["diff"], ["check"], ["table"], ["status"], ["plan"]):
         res = runner.invoke(app, [*cmd, "--help"])
         assert res.exit_code == 0 and "Usage" in res.output, cmd
 
@@ -87,9 +87,23 @@ def test_plan_prints_distinct_stages_against_the_naive_sum():
     assert "15 runs: 44 distinct stages (naive per-run chains: 92)" in res.output
 
 
-def test_table_writes_runs_json_and_prints_its_path(proj):
+def test_table_writes_runs_json_runs_md_and_runs_html(proj):
     res = cli(proj, "table")
-    assert res.exit_code == 0 and (proj / "runs.json").exists()
+    assert res.exit_code == 0
+    assert all((proj / name).exists() and name in res.output for name in ("runs.json", "RUNS.md", "runs.html"))
+
+
+def test_status_prints_the_tree_with_states_and_the_runs_whose_parent_is_done(proj):
+    import json
+    out = proj / "results/D"
+    out.mkdir(parents=True)
+    (out / "eval.json").write_text(json.dumps({"stages": {"s0": {"brier": 0.18, "ms": 0.11}}}))
+    res = cli(proj, "status")
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert any("└── D  done  start=D  Brier 0.1800" in ln for ln in lines)
+    assert "can launch now: 3 (parent done)" in res.output    # the root base; D's children A-on-D, D-snap
+    assert "results/A-on-D/eval.json results/D-snap/eval.json results/base/eval.json" in res.output
 
 
 def test_cli_start_up_does_not_import_torch_or_transformers():

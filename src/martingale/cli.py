@@ -202,7 +202,7 @@ def status() -> None:
             grow(node.add(label(rows[run_id])), run_id)
 
     grow(tree, None)
-    out.print(tree)
+    Console(highlight=False).print(tree)   # wraps long labels (the shared console crops them)
     ready = [r for r in rows.values() if r["state"] in ("queued", "crashed")
              and (r["parent"] is None or rows[r["parent"]]["state"] == "done")]
     waiting = [r for r in rows.values() if r["state"] in ("queued", "crashed") and r not in ready]

@@ -67,7 +67,7 @@ def claims_section(rows: list[dict], claims: dict[str, str]) -> list[str]:
                           f"effect vs {r.get('parent')}: {fmt.effect(r.get('effect'))}")
             else:
                 detail = r["state"]
-            lines.append(f"- **{r['run_id']}** ({_cell(r.get('knob'))}) — {detail}"
+            lines.append(f"- **{r['run_id']}** ({_cell(r.get('knob') or 'root run')}) — {detail}"
                          + (f" — {r['verdict']}" if r.get("verdict") else ""))
         lines.append("")
     return lines
