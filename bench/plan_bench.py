@@ -69,7 +69,8 @@ def timed(code: str, cwd: Path) -> tuple[float, str]:
     return time.perf_counter() - t, res.stdout.strip()
 
 
-PLAN = ("from martingale.plan import Plan; p = Plan.load('.'); r = p.active_run_ids(); "
+# Planning includes writing results/_store/index.json, as Snakemake's onstart does.
+PLAN = ("from martingale.plan import Plan; p = Plan.load('.'); r = p.active_run_ids(); p.write_index(); "
         "print(f'{len(r)} runs, {len(p.stages_for(r))} distinct stages, naive {p.naive_count(r)}')")
 TABLE = "from martingale.table import write_table; print(write_table('.'))"
 

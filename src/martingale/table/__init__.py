@@ -16,7 +16,7 @@ import yaml
 from ..io import canonical_json, write_text
 from . import markdown, page
 from .rows import TableError, build_table, check_no_vanished, previous_rows
-from .schema import schema_errors
+from .schema import check_rows, schema_errors
 
 TABLE = "runs.json"
 OUTPUTS = (TABLE, "RUNS.md", "runs.html")
@@ -53,7 +53,7 @@ def write_table(root: Path | str = ".", tree=None) -> Path:
     path = root / TABLE
     rows = build_table(root, tree)
     check_no_vanished(previous_rows(path), rows)
-    if errors := schema_errors(rows):
+    if errors := check_rows(rows):
         raise TableError(f"runs.json: schema: {errors[0]}")
     claims = load_claims(root)
     texts = {TABLE: canonical_json(rows), "RUNS.md": markdown.render(rows, claims),

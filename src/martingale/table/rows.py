@@ -71,48 +71,62 @@ def _log_failed(path: Path) -> bool:
     return any(mark in text for mark in _ERROR_MARKS)
 
 
-def _job_logs(root: Path, sid: str) -> list[Path]:
-    """Logs of one stage: its own log, then the cluster executor's job logs for it (newest id last)."""
-    kind = sid.split("-", 1)[0]
-    own = [root / "logs" / kind / f"{sid}.log"]
-    slurm = root / ".snakemake" / "slurm_logs"
-    cluster = sorted(slurm.glob(f"rule_*/{sid}/*.log"), key=lambda p: (len(p.stem), p.stem)) \
-        if slurm.is_dir() else []
-    return own + cluster
+class _Files:
+    """One listing of the store, the logs and the cluster job logs, taken once per table: a
+    thousand runs share their stages, so each stage is looked up in memory, not on disk."""
 
+    def __init__(self, root: Path):
+        self.root = root
+        store = root / STORE
+        self.built: set[str] = set()
+        self.writing: set[str] = set()            # stage ids with an io.atomic_dir temp folder
+        for kind_dir in (store.iterdir() if store.is_dir() else ()):
+            if not kind_dir.is_dir():
+                continue
+            for entry in kind_dir.iterdir():
+                name = entry.name
+                if name.startswith(".") and name.endswith(".tmp"):
+                    self.writing.add(name[1:].split(".", 1)[0])
+                elif entry.is_dir():
+                    self.built.add(name)
+        self.logs: dict[str, list[Path]] = {}     # stage id -> its own log, then cluster job logs
+        logs = root / "logs"
+        for kind_dir in (logs.iterdir() if logs.is_dir() else ()):
+            for log in (kind_dir.glob("*.log") if kind_dir.is_dir() else ()):
+                self.logs.setdefault(log.stem, []).append(log)
+        slurm = root / ".snakemake" / "slurm_logs"
+        for log in sorted(slurm.glob("rule_*/*/*.log"), key=lambda p: (len(p.stem), p.stem)) if slurm.is_dir() else ():
+            self.logs.setdefault(log.parent.name, []).append(log)
+        locks = root / ".snakemake" / "locks"
+        self.locked = locks.is_dir() and any(locks.iterdir())
 
-def _failed_log(root: Path, run_id: str, chain: list[str]) -> Optional[str]:
-    """The first failed job log of a stage of the run without output (or of its aggregate)."""
-    for sid in chain:
-        if (root / stage_dir(sid)).exists():
-            continue
-        for log in _job_logs(root, sid):
-            if _log_failed(log):
-                return log.relative_to(root).as_posix()
-    agg = root / "logs" / "aggregate" / f"{run_id}.log"
-    return agg.relative_to(root).as_posix() if _log_failed(agg) else None
+    def failed_log(self, run_id: str, chain: list[str]) -> Optional[str]:
+        """The first failed job log of a stage of the run without output (or of its aggregate)."""
+        for sid in chain:
+            if sid in self.built:
+                continue
+            for log in self.logs.get(sid, ()):
+                if _log_failed(log):
+                    return log.relative_to(self.root).as_posix()
+        agg = self.root / "logs" / "aggregate" / f"{run_id}.log"
+        return agg.relative_to(self.root).as_posix() if _log_failed(agg) else None
 
-
-def _being_written(root: Path, chain: list[str]) -> bool:
-    """A stage's temp folder exists (io.atomic_dir) while a Snakemake holds the lock."""
-    locks = root / ".snakemake" / "locks"
-    if not (locks.is_dir() and any(locks.iterdir())):
-        return False
-    for sid in chain:
-        folder = root / stage_dir(sid)
-        if not folder.exists() and any(folder.parent.glob(f".{sid}.*.tmp")):
-            return True
-    return False
+    def being_written(self, chain: list[str]) -> bool:
+        """A stage's temp folder exists (io.atomic_dir) while a Snakemake holds the lock."""
+        return self.locked and any(sid in self.writing and sid not in self.built for sid in chain)
 
 
 def _artifacts(root: Path, run_id: str, chain: list[str]) -> dict[str, Any]:
     out = Path("results") / run_id
+    stages = [stage_dir(s) for s in chain]
+    if not (root / out).is_dir():
+        return {"plots": [], "stages": stages}
     files = {name.split(".")[0]: (out / name).as_posix() for name in RUN_FILES if (root / out / name).exists()}
     plots = sorted(p.relative_to(root).as_posix() for p in (root / out / "plots").glob("*.png"))
-    return {**files, "plots": plots, "stages": [stage_dir(s) for s in chain]}
+    return {**files, "plots": plots, "stages": stages}
 
 
-def build_row(root: Path, tree: RunTree, index: dict, run_id: str) -> dict[str, Any]:
+def build_row(root: Path, tree: RunTree, index: dict, files: _Files, run_id: str) -> dict[str, Any]:
     spec = tree.specs[run_id]
     info = index["runs"].get(run_id, {})
     chain = list(info.get("chain", []))
@@ -121,12 +135,12 @@ def build_row(root: Path, tree: RunTree, index: dict, run_id: str) -> dict[str, 
     row.update({k: info.get(k) for k in ("model", "start", "elicit", "stage_chain", "seeds", "config_hash")})
     evals_path = root / "results" / run_id / "eval.json"
     done = evals_path.exists()
-    log = None if done else _failed_log(root, run_id, chain)
+    log = None if done else files.failed_log(run_id, chain)
     if spec.invalid:
         state = "invalid"
     elif done:
         state = "done"
-    elif _being_written(root, chain):
+    elif files.being_written(chain):
         state, log = "running", None
     elif log:
         state = "crashed"
@@ -156,7 +170,8 @@ def build_table(root: Path | str = ".", tree: RunTree | None = None) -> list[dic
     root = Path(root)
     tree = tree if tree is not None else RunTree.load(root / "conf", compose=False)
     index = current_index(root)
-    return [build_row(root, tree, index, run_id) for run_id in tree.ids()]
+    files = _Files(root)
+    return [build_row(root, tree, index, files, run_id) for run_id in tree.ids()]
 
 
 def previous_rows(path: Path) -> list[dict]:
