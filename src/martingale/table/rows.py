@@ -14,6 +14,7 @@ time is ``landed``, which the aggregate recorded in results/<run>/landed.json). 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Optional
 
@@ -117,12 +118,15 @@ class _Files:
 
 
 def _artifacts(root: Path, run_id: str, chain: list[str]) -> dict[str, Any]:
-    out = Path("results") / run_id
+    out = f"results/{run_id}"
     stages = [stage_dir(s) for s in chain]
-    if not (root / out).is_dir():
+    try:
+        present = set(os.listdir(root / out))
+    except OSError:
         return {"plots": [], "stages": stages}
-    files = {name.split(".")[0]: (out / name).as_posix() for name in RUN_FILES if (root / out / name).exists()}
-    plots = sorted(p.relative_to(root).as_posix() for p in (root / out / "plots").glob("*.png"))
+    files = {name.split(".")[0]: f"{out}/{name}" for name in RUN_FILES if name in present}
+    plots = sorted(f"{out}/plots/{p}" for p in os.listdir(root / out / "plots") if p.endswith(".png")) \
+        if "plots" in present else []
     return {**files, "plots": plots, "stages": stages}
 
 
