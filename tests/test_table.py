@@ -153,12 +153,16 @@ def test_a_crashed_row_names_the_failed_job_log(proj):
     assert row["state"] == "crashed" and row["log"] == f"logs/train/{sid}.log"
 
 
-def test_a_cluster_job_log_of_a_cancelled_stage_marks_the_run_crashed(proj):
+def test_a_cancelled_cluster_job_marks_the_run_crashed_naming_the_newest_job_log(proj):
     plan = Plan.load(proj)
     sid = plan.run_stages("A-on-D")[1].model_stage
-    log = proj / ".snakemake/slurm_logs/rule_train" / sid / "17.log"
-    log.parent.mkdir(parents=True)
-    log.write_text("slurmstepd: error: *** JOB 17 ON node CANCELLED AT 2026-11-30T10:00:00 ***\n")
+    own = proj / "logs" / "train" / f"{sid}.log"
+    own.parent.mkdir(parents=True)
+    own.write_text("ERROR martingale: stage failed\nmartingale.smk.Killed: killed by signal SIGTERM\n")
+    jobs = proj / ".snakemake/slurm_logs/rule_train" / sid
+    jobs.mkdir(parents=True)
+    for job in (9, 17):           # the first attempt and its retry, both scancel'd
+        (jobs / f"{job}.log").write_text(f"slurmstepd: error: *** JOB {job} ON node CANCELLED AT 2026-11-30 ***\n")
     row = {r["run_id"]: r for r in build_table(proj)}["A-on-D"]
     assert row["state"] == "crashed" and row["log"] == f".snakemake/slurm_logs/rule_train/{sid}/17.log"
 

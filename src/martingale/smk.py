@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 
-class Killed(RuntimeError):
-    """The job was sent SIGTERM (a SLURM scancel or time limit, a Ctrl-C'd Snakemake)."""
+class Killed(BaseException):
+    """The job was sent SIGTERM (a SLURM scancel or time limit, a Ctrl-C'd Snakemake). A
+    BaseException, like KeyboardInterrupt, so library ``except Exception`` blocks (transformers'
+    lazy imports) do not swallow or rewrap it."""
 
 
 def _raise_killed(signum: int, frame: Any) -> None:

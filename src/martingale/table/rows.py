@@ -90,14 +90,18 @@ class _Files:
                     self.writing.add(name[1:].split(".", 1)[0])
                 elif entry.is_dir():
                     self.built.add(name)
-        self.logs: dict[str, list[Path]] = {}     # stage id -> its own log, then cluster job logs
+        # stage id -> its logs, the job log first: the cluster's job logs, newest job id first
+        # (.snakemake/slurm_logs/rule_<rule>/<stage id>/<job id>.log, kept only for failed jobs),
+        # then the stage's own logs/<kind>/<stage id>.log (appended across attempts).
+        self.logs: dict[str, list[Path]] = {}
+        slurm = root / ".snakemake" / "slurm_logs"
+        job_logs = slurm.glob("rule_*/*/*.log") if slurm.is_dir() else ()
+        for log in sorted(job_logs, key=lambda p: (len(p.stem), p.stem), reverse=True):
+            self.logs.setdefault(log.parent.name, []).append(log)
         logs = root / "logs"
         for kind_dir in (logs.iterdir() if logs.is_dir() else ()):
             for log in (kind_dir.glob("*.log") if kind_dir.is_dir() else ()):
                 self.logs.setdefault(log.stem, []).append(log)
-        slurm = root / ".snakemake" / "slurm_logs"
-        for log in sorted(slurm.glob("rule_*/*/*.log"), key=lambda p: (len(p.stem), p.stem)) if slurm.is_dir() else ():
-            self.logs.setdefault(log.parent.name, []).append(log)
         locks = root / ".snakemake" / "locks"
         self.locked = locks.is_dir() and any(locks.iterdir())
 
