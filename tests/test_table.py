@@ -143,22 +143,23 @@ def test_a_stage_being_written_under_a_running_snakemake_marks_the_run_running(p
     assert {r["run_id"]: r for r in build_table(proj)}["A-on-D"]["state"] == "running"
 
 
-def test_a_crashed_row_names_the_failed_job_log(proj):
-    plan = Plan.load(proj)
-    sid = plan.run_stages("A-on-D")[1].model_stage
+def killed_train_stage(proj) -> str:
+    """A-on-D's s1 train stage, killed by SIGTERM: its own log says so (martingale.smk). Its id."""
+    sid = Plan.load(proj).run_stages("A-on-D")[1].model_stage
     log = proj / "logs" / "train" / f"{sid}.log"
     log.parent.mkdir(parents=True)
     log.write_text("10:00:00 ERROR martingale: stage failed\nmartingale.smk.Killed: killed by signal SIGTERM\n")
+    return sid
+
+
+def test_a_crashed_row_names_the_failed_job_log(proj):
+    sid = killed_train_stage(proj)
     row = {r["run_id"]: r for r in build_table(proj)}["A-on-D"]
     assert row["state"] == "crashed" and row["log"] == f"logs/train/{sid}.log"
 
 
 def test_a_cancelled_cluster_job_marks_the_run_crashed_naming_the_newest_job_log(proj):
-    plan = Plan.load(proj)
-    sid = plan.run_stages("A-on-D")[1].model_stage
-    own = proj / "logs" / "train" / f"{sid}.log"
-    own.parent.mkdir(parents=True)
-    own.write_text("ERROR martingale: stage failed\nmartingale.smk.Killed: killed by signal SIGTERM\n")
+    sid = killed_train_stage(proj)
     jobs = proj / ".snakemake/slurm_logs/rule_train" / sid
     jobs.mkdir(parents=True)
     for job in (9, 17):           # the first attempt and its retry, both scancel'd
