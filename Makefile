@@ -19,8 +19,9 @@ demo: install  ## the main job on the embedded default: filter-s2only end to end
 	$(BIN)/snakemake --profile profiles/local -c$(CORES) results/filter-s2only/eval.json
 	$(BIN)/snakemake --profile profiles/local -c$(CORES) runs.json
 
-test: install  ## lint the workflow, then unit tests + the end-to-end chain at smoke scale
-	$(BIN)/snakemake --lint
+test: install  ## lint the workflow (with each profile), then unit tests, the browser test, the end-to-end chain and the SLURM cluster test at smoke scale
+	$(BIN)/snakemake --lint --profile profiles/local
+	$(BIN)/snakemake --lint --profile profiles/slurm
 	$(BIN)/pytest -q
 
 table: install
