@@ -29,8 +29,18 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(_finite(obj), sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_FILE_MODE = 0o666 & ~_umask()   # what open() would give a new file (mkstemp gives 0600)
+
+
 def write_bytes(path: Path | str, data: bytes) -> None:
-    """Write bytes to path via a temp file in the same folder and an atomic rename."""
+    """Write bytes to path via a temp file in the same folder and an atomic rename; the file gets
+    the usual mode for a new file (umask applied), so a table or result is readable as usual."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -39,6 +49,7 @@ def write_bytes(path: Path | str, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, _FILE_MODE)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -79,6 +90,7 @@ def atomic_dir(path: Path | str) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    os.chmod(tmp, 0o777 & ~_umask())   # a normal folder mode (mkdtemp gives 0700)
     try:
         yield tmp
         if path.exists():
