@@ -184,8 +184,14 @@ def test_snakemake_runs_json_writes_the_three_table_files_and_regenerates_byte_i
     assert rows["filter-s2only"]["effect"] == ev["effect"]["headline"]   # null if no stage has a ΔBrier
     assert "| filter-s2only | filter-twostage | stages.s1.filter=null | tiny | done | s2 |" in first["RUNS.md"].decode()
     assert b'"run_id":"filter-s2only"' in first["runs.html"]
-    os.utime(built / "conf/runs/base.yaml")      # a touched run file: the step reruns, same bytes
-    assert smk(built, "runs.json").returncode == 0
+    base = built / "conf/runs/base.yaml"           # a run file edited without changing any row:
+    original = base.read_text()                    # the step reruns and writes the same bytes
+    base.write_text(original + "# a comment\n")
+    try:
+        res = smk(built, "runs.json")
+        assert res.returncode == 0 and "Updated input files: conf/runs/base.yaml" in res.stdout + res.stderr
+    finally:
+        base.write_text(original)
     subprocess.run([str(Path(sys.executable).with_name("martingale")), "--root", str(built), "table"],
                    check=True, capture_output=True)
     assert {name: (built / name).read_bytes() for name in TABLE_FILES} == first
