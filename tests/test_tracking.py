@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from martingale.plan import Plan
-from martingale.tracking import log_run, mirror_stage, stage_history, wandb_id
+from martingale.tracking import flush, log_run, mirror_stage, stage_history, wandb_id
 
 from projcopy import proj  # noqa: F401 (fixture)
 
@@ -25,6 +25,9 @@ def offline_env(monkeypatch):
 
 
 def _all_bytes(folder: Path) -> bytes:
+    """Every byte of an offline run, once wandb's service has flushed it: the .wandb file is
+    written asynchronously, and a stage's process exit (wandb's atexit teardown) flushes it."""
+    flush()
     return b"".join(p.read_bytes() for p in folder.rglob("*") if p.is_file())
 
 
@@ -49,6 +52,7 @@ def test_an_api_key_in_the_environment_is_never_written(tmp_path, offline_env):
 def test_wandb_sync_later_sees_the_offline_run(tmp_path, offline_env):
     folder = log_run(name="r", run_id="eval-abcdefabcdef", job_type="eval-s0", group="r", config={},
                      settings={}, summary={"brier": 0.1}, root=tmp_path)
+    _all_bytes(folder)                     # flushed
     wandb_cli = str(Path(sys.executable).with_name("wandb"))
     res = subprocess.run([wandb_cli, "sync", "--dry-run", str(folder)], cwd=tmp_path, capture_output=True,
                          text=True, timeout=120)

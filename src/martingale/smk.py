@@ -63,15 +63,17 @@ def stage_run(kind: str) -> Callable[..., Any]:
 
 def track_stage(snakemake: Any) -> None:
     """Mirror the finished stage to wandb under its owner run (martingale.tracking)."""
-    from .tracking import mirror_stage
+    from .tracking import flush, mirror_stage
     mirror_stage(Path.cwd(), snakemake.wildcards.sid, Path(snakemake.output[0]), dict(snakemake.params.cfg))
+    flush()
 
 
 def track_run(run_id: str, cfg: dict, lineage: list[dict], evals_path: Path) -> None:
     """Mirror a run's aggregate (resolved config, metrics per stage) to wandb as ``aggregate``."""
     from .io import read_json
-    from .tracking import mirror_run
+    from .tracking import flush, mirror_run
     mirror_run(Path.cwd(), run_id, "/".join(str(x["run_id"]) for x in lineage), cfg, read_json(evals_path))
+    flush()
 
 
 def record_landing(path: Path) -> None:

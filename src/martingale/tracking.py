@@ -69,6 +69,17 @@ def log_run(*, name: str, run_id: str, job_type: str, group: Optional[str], conf
     return folder
 
 
+def flush() -> None:
+    """Stop wandb's service, which writes the offline run files asynchronously: after this they
+    are complete on disk (a job's last step, so nothing is lost if the job is killed next)."""
+    import sys
+    if "wandb" in sys.modules:
+        try:
+            sys.modules["wandb"].teardown()
+        except Exception as e:
+            log.warning("wandb teardown failed: %s: %s", type(e).__name__, e)
+
+
 def _read(path: Path) -> Any:
     try:
         if path.suffix == ".jsonl":
