@@ -203,10 +203,10 @@ def status() -> None:
 
     grow(tree, None)
     Console(highlight=False).print(tree)   # wraps long labels (the shared console crops them)
-    ready = [r for r in rows.values() if r["state"] in ("queued", "crashed")
-             and (r["parent"] is None or rows[r["parent"]]["state"] == "done")]
-    waiting = [r for r in rows.values() if r["state"] in ("queued", "crashed") and r not in ready]
-    table = Table(title=f"can launch now: {len(ready)} (parent done)  ·  waiting on a parent: {len(waiting)}")
+    pending = [r for r in rows.values() if r["state"] in ("queued", "crashed")]
+    ready = [r for r in pending if r["parent"] is None or rows[r["parent"]]["state"] == "done"]
+    waiting = len(pending) - len(ready)
+    table = Table(title=f"can launch now: {len(ready)} (parent done)  ·  waiting on a parent: {waiting}")
     for col in ("run-id", "parent", "Δ vs parent", "question", "state"):
         table.add_column(col)
     for r in ready:

@@ -62,6 +62,19 @@ def write_text(path: Path | str, text: str) -> None:
     write_bytes(path, text.encode("utf-8"))
 
 
+def write_text_if_changed(path: Path | str, text: str) -> bool:
+    """write_text unless the file already holds exactly this text (its mtime then stays, so
+    regenerating an unchanged table or index triggers nothing downstream). True if written."""
+    path = Path(path)
+    try:
+        if path.read_text(encoding="utf-8") == text:
+            return False
+    except OSError:
+        pass
+    write_text(path, text)
+    return True
+
+
 def write_json(path: Path | str, obj: Any) -> None:
     write_text(path, canonical_json(obj))
 
@@ -82,6 +95,15 @@ def read_json(path: Path | str) -> Any:
 def read_jsonl(path: Path | str) -> list[dict]:
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def read_optional(path: Path | str) -> Any:
+    """read_json (read_jsonl for a .jsonl file), or None when the file is missing or not valid
+    JSON: for readers of files another job may not have written (yet)."""
+    try:
+        return read_jsonl(path) if Path(path).suffix == ".jsonl" else read_json(path)
+    except (OSError, ValueError):
+        return None
 
 
 @contextlib.contextmanager

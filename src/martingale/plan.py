@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
 from .config.runs import RunTree
-from .io import canonical_json, write_text
+from .io import canonical_json, read_optional, write_text_if_changed
 
 STORE = "results/_store"
 KINDS = ("weights", "pretrain", "distill", "train", "eval")
@@ -228,13 +228,12 @@ class Plan:
         stages = {sid: {"owner": owners[sid], "job_type": self._labels[sid]} for sid in sorted(self.stages)}
         return {"conf_hash": conf_hash(self.root / "conf"), "runs": runs, "stages": stages}
 
-    def write_index(self, path: Path | str | None = None) -> Path:
-        """Write ``results/_store/index.json`` (only when its content changed)."""
+    def write_index(self, path: Path | str | None = None) -> dict[str, Any]:
+        """Write ``results/_store/index.json`` (only when its content changed); returns the index."""
         path = Path(path) if path is not None else self.root / STORE / "index.json"
-        text = canonical_json(self.index())
-        if not path.exists() or path.read_text(encoding="utf-8") != text:
-            write_text(path, text)
-        return path
+        index = self.index()
+        write_text_if_changed(path, canonical_json(index))
+        return index
 
 
 def config_hash(cfg: dict) -> str:
@@ -254,11 +253,7 @@ def conf_hash(conf_dir: Path | str) -> str:
 
 def read_index(root: Path | str) -> Optional[dict[str, Any]]:
     """``results/_store/index.json`` if it is there, readable, and in this format; else None."""
-    path = Path(root) / STORE / "index.json"
-    try:
-        index = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    index = read_optional(Path(root) / STORE / "index.json")
     return index if isinstance(index, dict) and isinstance(index.get("runs"), dict) else None
 
 
@@ -269,6 +264,4 @@ def current_index(root: Path | str) -> dict[str, Any]:
     index = read_index(root)
     if index is not None and index.get("conf_hash") == conf_hash(root / "conf"):
         return index
-    plan = Plan.load(root)
-    plan.write_index()
-    return plan.index()
+    return Plan.load(root).write_index()

@@ -13,13 +13,14 @@ fails logs a warning; the stage's results stand.
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Iterable, Optional
+
+from .io import read_optional
 
 log = logging.getLogger("martingale.tracking")
 
@@ -80,24 +81,15 @@ def flush() -> None:
             log.warning("wandb teardown failed: %s: %s", type(e).__name__, e)
 
 
-def _read(path: Path) -> Any:
-    try:
-        if path.suffix == ".jsonl":
-            return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
 def stage_history(out_dir: Path) -> tuple[list[dict], dict]:
     """(per-step rows, summary) of a finished stage folder, by what the stage wrote."""
-    train_rows = _read(out_dir / "train.jsonl")
+    train_rows = read_optional(out_dir / "train.jsonl")
     if isinstance(train_rows, list):
         return train_rows, (train_rows[-1] if train_rows else {})
-    metrics = _read(out_dir / "metrics.json")
+    metrics = read_optional(out_dir / "metrics.json")
     if isinstance(metrics, dict):
         return [], metrics
-    stage = _read(out_dir / "stage.json")
+    stage = read_optional(out_dir / "stage.json")
     if isinstance(stage, dict):
         return list(stage.get("history") or []), {k: v for k, v in stage.items() if k != "history"}
     return [], {}

@@ -15,7 +15,7 @@ import yaml
 
 import json
 
-from ..io import write_text
+from ..io import write_text_if_changed
 from . import markdown, page
 from .rows import TableError, build_table, check_no_vanished, previous_rows
 from .schema import check_rows, schema_errors
@@ -46,15 +46,6 @@ def rows_json(rows: list[dict]) -> str:
     return "[\n" + ",\n".join(lines) + "\n]\n" if lines else "[]\n"
 
 
-def _write_if_changed(path: Path, text: str) -> None:
-    try:
-        if path.read_text(encoding="utf-8") == text:
-            return
-    except OSError:
-        pass
-    write_text(path, text)
-
-
 def write_table(root: Path | str = ".", tree=None) -> Path:
     """Regenerate runs.json, RUNS.md and runs.html under root; returns runs.json's path. Nothing is
     written unless every check passes (no vanished row, schema-valid rows)."""
@@ -68,7 +59,7 @@ def write_table(root: Path | str = ".", tree=None) -> Path:
     texts = {TABLE: rows_json(rows), "RUNS.md": markdown.render(rows, claims),
              "runs.html": page.render(rows, claims)}
     for name in OUTPUTS:
-        _write_if_changed(root / name, texts[name])
+        write_text_if_changed(root / name, texts[name])
     return path
 
 

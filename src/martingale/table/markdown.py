@@ -22,15 +22,11 @@ def _cell(value: Any) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def chronological_key(row: dict) -> tuple:
+def chronological(rows) -> list[dict]:
     """Newest first: runs not landed yet (queued, running, crashed) on top, then by landing time
-    descending; ties by run-id."""
-    landed = row.get("landed") or ""
-    return (landed != "", _negate(landed), row["run_id"])
-
-
-def _negate(text: str) -> tuple:
-    return tuple(-ord(c) for c in text)
+    descending; ties by run-id (two stable sorts)."""
+    by_id = sorted(rows, key=lambda r: r["run_id"])
+    return sorted(by_id, key=lambda r: (not r.get("landed"), r.get("landed") or ""), reverse=True)
 
 
 def master_table(rows: list[dict]) -> list[str]:
@@ -38,7 +34,7 @@ def master_table(rows: list[dict]) -> list[str]:
              "One strict line per run, reverse-chronological. State ∈ done / running / queued / crashed.", "",
              "| run_id | parent | Δ vs parent | model | state | stage | Brier | MS | effect vs parent | landed | verdict |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in sorted((r for r in rows if r["state"] != "invalid"), key=chronological_key):
+    for r in chronological(r for r in rows if r["state"] != "invalid"):
         m = r.get("metrics") or {}
         state = r["state"] + (f" ({r['log']})" if r.get("log") else "")
         cells = [r["run_id"], r.get("parent"), r.get("knob"), r.get("model"), state, r.get("stage"),
@@ -76,7 +72,7 @@ def claims_section(rows: list[dict], claims: dict[str, str]) -> list[str]:
 def excluded_section(rows: list[dict]) -> list[str]:
     lines = ["## Excluded (invalidated by bugs — kept for honesty, not analysis)", "",
              "| run_id | parent | Δ vs parent | landed | bug |", "|---|---|---|---|---|"]
-    for r in sorted((r for r in rows if r["state"] == "invalid"), key=chronological_key):
+    for r in chronological(r for r in rows if r["state"] == "invalid"):
         lines.append("| " + " | ".join(_cell(c) for c in (r["run_id"], r.get("parent"), r.get("knob"),
                                                            r.get("landed"), r.get("invalid"))) + " |")
     return lines

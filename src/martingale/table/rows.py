@@ -13,12 +13,12 @@ time is ``landed``, which the aggregate recorded in results/<run>/landed.json). 
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Optional
 
 from ..config.runs import RunTree
+from ..io import read_optional
 from ..plan import STORE, current_index, stage_dir
 
 HEADLINE = ("n", "brier", "brier_ci", "ms", "ms_ci", "bss", "parse_rate")
@@ -37,13 +37,6 @@ class TableError(ValueError):
     """The table cannot be regenerated without losing a row."""
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
 def _last_stage(evals: Any) -> tuple[Optional[str], dict]:
     stages = evals.get("stages") if isinstance(evals, dict) else None
     if isinstance(stages, dict) and stages:
@@ -58,7 +51,7 @@ def _effect(evals: Any) -> Optional[dict]:
     return {k: head[k] for k in EFFECT if k in head} if isinstance(head, dict) else None
 
 
-def _replicates(evals: Any, stage: dict) -> int:
+def _replicates(stage: dict) -> int:
     """Seeds that reached the last stage: a multi-seed stage lists them, one seed is one."""
     seeds = stage.get("seeds")
     return len(seeds) if isinstance(seeds, list) else (1 if stage else 0)
@@ -154,16 +147,16 @@ def build_row(root: Path, tree: RunTree, index: dict, files: _Files, run_id: str
         state = "crashed"
     else:
         state = "queued"
-    evals = _read_json(evals_path) if done else None
+    evals = read_optional(evals_path) if done else None
     stage, last = _last_stage(evals)
-    landed = _read_json(root / "results" / run_id / "landed.json")
+    landed = read_optional(root / "results" / run_id / "landed.json")
     row.update(
         state=state,
         log=log,
         stage=stage,
         metrics={k: last[k] for k in HEADLINE if k in last},
         effect=_effect(evals),
-        replicates=_replicates(evals, last),
+        replicates=_replicates(last),
         landed=landed.get("landed") if isinstance(landed, dict) else None,
         artifacts=_artifacts(root, run_id, chain),
         wandb={"name": run_id, "group": info.get("group"),
@@ -183,7 +176,7 @@ def build_table(root: Path | str = ".", tree: RunTree | None = None) -> list[dic
 
 
 def previous_rows(path: Path) -> list[dict]:
-    data = _read_json(path)
+    data = read_optional(path)
     return [r for r in data if isinstance(r, dict) and "run_id" in r] if isinstance(data, list) else []
 
 
