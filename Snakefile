@@ -10,10 +10,7 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
-include: "workflow/rules/pretrain.smk"
-include: "workflow/rules/distill.smk"
-include: "workflow/rules/train.smk"
-include: "workflow/rules/eval.smk"
+include: "workflow/rules/stages.smk"
 include: "workflow/rules/aggregate.smk"
 
 

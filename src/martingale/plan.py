@@ -5,16 +5,12 @@ that affects it and its upstream ids (a Merkle chain). Two runs with a common pr
 the ids of that prefix, and Snakemake builds each distinct stage once in
 ``results/_store/<kind>/<id>/``.
 
-Kinds, and the slice that defines each:
-
-- ``weights``  {model}: local weights (model.path set) linked into the store; no training.
-- ``pretrain`` {world, model, pretrain}: the embedded model (model.path null).
-- ``distill``  {world, model, distill} + base model: the biased start model D (start == "D").
-- ``train``    {world, model, elicit, stage, seed} + start model + judge, for s1, s2 with a reward.
-- ``eval``     {world, model, elicit, eval, seed} + model + judge, for s0 and each train stage.
-
-The judge is the run's s0 model. ``model.resources`` (scheduling only) is not hashed: asking for
-more memory does not invalidate a model. ``wandb`` is in no slice.
+The kinds and where they go come from the stage-kind registry (``martingale.stages``): a source
+makes the start model (pretrain, or local weights), a start kind may turn it into D (distill), each
+step s1, s2 … with a reward trains from the model before it (``stages.<name>.kind``), and a measure
+(``eval.kind``) reads every model stage for each seed. The judge is the run's start model.
+``model.resources`` (scheduling only) is not hashed: asking for more memory does not invalidate a
+model. ``wandb`` is in no slice.
 """
 from __future__ import annotations
 
@@ -26,10 +22,9 @@ from typing import Any, NamedTuple, Optional
 
 from .config.runs import RunTree
 from .io import canonical_json, read_optional, write_text_if_changed
+from .stages import StageKind, kinds
 
 STORE = "results/_store"
-KINDS = ("weights", "pretrain", "distill", "train", "eval")
-TRAIN_STAGES = ("s1", "s2")
 ID_PATTERN = "[0-9a-f]{12}"
 
 
@@ -40,14 +35,6 @@ class Stage:
     cfg: dict                          # the slice passed to the stage body (and hashed)
     inputs: dict[str, str]             # role (base_model, start_model, judge_model, model) -> stage id
     resources: dict[str, Any] = field(default_factory=dict, compare=False)
-
-    @property
-    def upstream(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(self.inputs.values()))
-
-    @property
-    def dir(self) -> str:
-        return stage_dir(self.id)
 
 
 class RunStage(NamedTuple):
@@ -71,6 +58,27 @@ def stage_id(kind: str, cfg: dict, inputs: dict[str, str]) -> str:
 
 def _model_slice(model: dict) -> dict:
     return {k: v for k, v in model.items() if k != "resources"}
+
+
+def stage_slice(kind: StageKind, cfg: dict, step: Optional[str] = None, seed: Optional[int] = None) -> dict:
+    """The config a stage of this kind sees (and its id hashes): the kind's keys, the step's own
+    config as ``stage``, the seed for a per-seed kind."""
+    out = {key: _model_slice(cfg[key]) if key == "model" else cfg[key] for key in kind.keys}
+    if step is not None:
+        out["stage"] = cfg["stages"][step]
+    if kind.per_seed:
+        out["seed"] = seed
+    return out
+
+
+def _one_kind(place: str, cfg: dict, name: Optional[str] = None) -> StageKind:
+    """The kind for a place: the one named, else the one whose ``when`` holds for this run."""
+    candidates = [k for k in kinds().values() if k.place == place and
+                  (k.name == name if name is not None else (k.when is None or k.when(cfg)))]
+    if len(candidates) != 1:
+        raise ValueError(f"no single {place} stage kind for this run ({name or 'by when'}): "
+                         f"{[k.name for k in candidates]}")
+    return candidates[0]
 
 
 def _resources(model: dict) -> dict[str, Any]:
@@ -113,55 +121,47 @@ class Plan:
         return cls(RunTree.load(root / "conf"), root)
 
     # ---------------------------------------------------------------- building
-    def _add(self, kind: str, cfg: dict, inputs: dict[str, str], resources: dict, label: str) -> str:
-        sid = stage_id(kind, cfg, inputs)
+    def _add(self, kind: StageKind, cfg: dict, inputs: dict[str, str], label: str,
+             step: Optional[str] = None, seed: Optional[int] = None) -> str:
+        """Plan one stage: ``inputs`` maps ``model`` (the model upstream) and ``judge`` to ids; the
+        kind's input roles pick from them (``judge_model`` = the judge, any other the model)."""
+        roles = {role: inputs["judge" if role == "judge_model" else "model"] for role in kind.inputs}
+        slice_ = stage_slice(kind, cfg, step, seed)
+        sid = stage_id(kind.name, slice_, roles)
         if sid not in self.stages:
-            self.stages[sid] = Stage(kind, sid, cfg, dict(inputs), resources)
+            self.stages[sid] = Stage(kind.name, sid, slice_, roles, _resources(cfg["model"]))
             self._labels[sid] = label
         return sid
 
     def _plan_run(self, run_id: str) -> None:
         cfg = self.tree._resolve(run_id)  # cached, validated; not mutated here
-        world, model, elicit = cfg["world"], cfg["model"], cfg["elicit"]
-        mslice = _model_slice(model)
-        res = _resources(model)
-        chain: list[str] = []
-        if model.get("path"):
-            s0 = self._add("weights", {"model": mslice}, {}, res, "weights")
-        else:
-            s0 = self._add("pretrain", {"world": world, "model": mslice, "pretrain": cfg["pretrain"]}, {},
-                           res, "pretrain")
-        chain.append(s0)
-        if cfg["start"] == "D":
-            s0 = self._add("distill", {"world": world, "model": mslice, "distill": cfg["distill"]},
-                           {"base_model": s0}, res, "distill-D")
+        source = _one_kind("source", cfg)
+        s0 = self._add(source, cfg, {}, source.name)
+        chain, steps = [s0], [source.name]
+        for kind in (k for k in kinds().values() if k.place == "start" and k.when(cfg)):
+            s0 = self._add(kind, cfg, {"model": s0}, f"{kind.name}-{cfg['start']}")
             chain.append(s0)
+            steps.append(f"{kind.name}:{cfg['start']}")
+        trained = [name for name, st in cfg["stages"].items() if st.get("reward") is not None]
+        steps += [f"{name}:{cfg['stages'][name]['reward']}" for name in trained]
+        measure = _one_kind("measure", cfg, cfg["eval"]["kind"])
         rows: list[RunStage] = []
         for seed in cfg["seeds"]:
-            def evaluate(model_id: str, name: str) -> str:
-                return self._add("eval", {"world": world, "model": mslice, "elicit": elicit,
-                                          "eval": cfg["eval"], "seed": seed},
-                                 {"model": model_id, "judge_model": s0}, res, f"eval-{name}")
-            ev = evaluate(s0, "s0")
-            rows.append(RunStage("s0", seed, s0, ev))
-            chain.append(ev)
             current = s0
-            for name in TRAIN_STAGES:
-                stage_cfg = cfg["stages"][name]
-                if stage_cfg.get("reward") is None:
-                    continue
-                current = self._add("train", {"world": world, "model": mslice, "elicit": elicit,
-                                              "stage": stage_cfg, "seed": seed},
-                                    {"start_model": current, "judge_model": s0}, res, f"train-{name}")
-                ev = evaluate(current, name)
+            for name in ["s0", *trained]:
+                if name != "s0":
+                    step = _one_kind("step", cfg, cfg["stages"][name]["kind"])
+                    current = self._add(step, cfg, {"model": current, "judge": s0}, f"{step.name}-{name}",
+                                        step=name, seed=seed)
+                    chain.append(current)
+                ev = self._add(measure, cfg, {"model": current, "judge": s0}, f"eval-{name}", seed=seed)
                 rows.append(RunStage(name, seed, current, ev))
-                chain += [current, ev]
+                chain.append(ev)
         self._runs[run_id] = rows
         self._chains[run_id] = list(dict.fromkeys(chain))
-        steps = ["weights" if model.get("path") else "pretrain"] + (["distill:D"] if cfg["start"] == "D" else [])
-        steps += [f"{n}:{cfg['stages'][n]['reward']}" for n in TRAIN_STAGES if cfg["stages"][n].get("reward")]
+        model = cfg["model"]
         self._runs_info[run_id] = {
-            "model": model.get("name"), "start": cfg["start"], "elicit": elicit.get("mode"),
+            "model": model.get("name"), "start": cfg["start"], "elicit": cfg["elicit"].get("mode"),
             "stage_chain": steps, "seeds": [int(s) for s in cfg["seeds"]],
             "config_hash": config_hash(cfg), "wandb": dict(cfg.get("wandb") or {}),
         }
@@ -188,9 +188,6 @@ class Plan:
     def naive_count(self, run_ids: list[str]) -> int:
         """Stages if every run built its own chain (no sharing)."""
         return sum(len(self._chains[r]) for r in run_ids)
-
-    def stage(self, sid: str) -> Stage:
-        return self.stages[sid]
 
     def resolved_config(self, run_id: str) -> dict:
         return self.tree.resolved_config(run_id)
@@ -258,10 +255,11 @@ def read_index(root: Path | str) -> Optional[dict[str, Any]]:
 
 
 def current_index(root: Path | str) -> dict[str, Any]:
-    """The index for conf/ as it is now: the stored one if its conf_hash matches, else plan again
-    (composing every run) and store it."""
+    """The index for conf/ as it is now: the stored one if its conf_hash matches, else computed in
+    memory (composing every run). Reading never writes: the Snakefile's onstart is the one writer
+    of index.json."""
     root = Path(root)
     index = read_index(root)
     if index is not None and index.get("conf_hash") == conf_hash(root / "conf"):
         return index
-    return Plan.load(root).write_index()
+    return Plan.load(root).index()

@@ -6,7 +6,6 @@ runs table tells a crashed run from a queued one.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import signal
 import sys
@@ -51,14 +50,15 @@ def run_logged(snakemake: Any, body: Callable[[], Any]) -> Any:
             sys.stdout.flush()
 
 
-def inputs(snakemake: Any) -> dict[str, Path]:
-    """Named inputs (role → upstream stage folder) as Paths."""
-    return {k: Path(v) for k, v in snakemake.input.items()}
-
-
-def stage_run(kind: str) -> Callable[..., Any]:
-    """``martingale.stages.<kind>.run``, imported only inside the job (torch stays out of the parse)."""
-    return importlib.import_module(f"martingale.stages.{kind}").run
+def run_stage(snakemake: Any) -> None:
+    """The job of the generic stage rule: the kind named by the rule runs its ``run`` with the
+    stage's config slice, each upstream folder under its role, and the output folder; then the
+    finished stage is mirrored to wandb."""
+    from .stages import kinds
+    kind = kinds()[snakemake.rule]
+    inputs = {role: Path(folder) for role, folder in snakemake.input.items()}
+    kind.run(dict(snakemake.params.cfg), out_dir=Path(snakemake.output[0]), **inputs)
+    track_stage(snakemake)
 
 
 def track_stage(snakemake: Any) -> None:

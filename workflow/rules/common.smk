@@ -5,6 +5,7 @@ from pathlib import Path
 
 from martingale.config.runs import RunError
 from martingale.plan import ID_PATTERN, STORE, Plan, stage_dir
+from martingale.stages import kinds
 
 ROOT = Path(workflow.basedir)
 RUN_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*"
@@ -13,6 +14,7 @@ try:
     PLAN = Plan.load(ROOT)
 except RunError as e:
     sys.exit(f"martingale: {e}")
+STAGE_KINDS = kinds()
 
 
 def sid_pattern(kind):
@@ -113,12 +115,24 @@ def run_files(wildcards):
     return sorted(str(s.path.relative_to(ROOT)) for s in PLAN.tree.specs.values())
 
 
+def requested_runs():
+    """Runs whose eval.json this invocation builds: every active run for `all` (the default
+    target), else the runs whose results/<run>/eval.json is named on the command line."""
+    targets = set(workflow.dag_settings.targets or ()) if workflow.dag_settings else set()
+    if not targets or "all" in targets:
+        return set(PLAN.active_run_ids())
+    return {run for run in PLAN.run_ids() if f"results/{run}/eval.json" in targets}
+
+
 def table_inputs(wildcards):
-    """Run files and the results that exist: `snakemake runs.json` regenerates the table, it
-    does not build runs (their rows say queued). A vanished result changes this input set,
-    so the table step reruns and fails with its advice."""
-    evals = [f"results/{run}/eval.json" for run in sorted(PLAN.tree.specs)]
-    return run_files(wildcards) + [p for p in evals if (ROOT / p).exists()]
+    """Run files, the results that exist and the results this invocation builds: `snakemake all`
+    (or `results/a/eval.json runs.json`) regenerates the table after every aggregate it runs, while
+    `snakemake runs.json` alone regenerates it from what exists (unbuilt runs say queued). A
+    vanished result changes this input set, so the table step reruns and fails with its advice."""
+    building = requested_runs()
+    evals = [f"results/{run}/eval.json" for run in sorted(PLAN.tree.specs)
+             if run in building or (ROOT / f"results/{run}/eval.json").exists()]
+    return run_files(wildcards) + evals
 
 
 onstart:

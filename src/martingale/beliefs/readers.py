@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..model.generate import greedy_next
 from ..world import traces as fmt
 from ..world.synthetic import Question, SyntheticWorld
 from .parse import parse_p, parse_totals
@@ -26,6 +25,7 @@ class ReadContext:
 
 
 def read_self(ctx: ReadContext, questions: list[Question], texts: list[str], k: int) -> list[float | None]:
+    from ..model.generate import greedy_next
     model, tok = ctx.judge
     # Only a trace that reached step k in the expected shape can be cut there.
     queries = [fmt.read_query(q, text, k) for q, text in zip(questions, texts)]

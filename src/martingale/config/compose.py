@@ -7,7 +7,7 @@ Two paths that give the same result:
   config-group choices (``elicit=snap``, ``model=llama31_8b`` ...) once; plain ``key=value``
   overrides are then applied on a copy of that structured config with Hydra's own override
   application, which is exactly what Hydra does after composing the defaults list (group overrides
-  first, then key overrides in order). Types, unknown keys and ``CHOICES`` are still checked.
+  first, then key overrides in order). Types, unknown keys and ``choices()`` are still checked.
 
 Errors come out as :class:`ComposeError` with ``key`` (the offending key) and a one-line ``reason``.
 """
@@ -32,7 +32,7 @@ from hydra._internal.config_loader_impl import ConfigLoaderImpl
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from .schema import CHOICES, Config
+from .schema import Config, choices
 
 SCHEMA_NAME = "martingale_schema"
 
@@ -113,10 +113,6 @@ def parse_override(text: str) -> Override:
     return ov
 
 
-def override_key(text: str) -> str:
-    return parse_override(text).key_or_group
-
-
 # --------------------------------------------------------------------------- validation
 
 def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -132,9 +128,9 @@ def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def check_choices(resolved: dict) -> None:
-    """Every key named in ``CHOICES`` (``*`` matches one level) must hold an allowed value."""
+    """Every key named in ``choices()`` (``*`` matches one level) must hold an allowed value."""
     flat = flatten(resolved)
-    for pattern, allowed in CHOICES.items():
+    for pattern, allowed in choices().items():
         for key, value in flat.items():
             if key == pattern or ("*" in pattern and fnmatch.fnmatchcase(key, pattern)
                                   and key.count(".") == pattern.count(".")):
@@ -275,9 +271,6 @@ class Composer:
                                        f"no option {choice!r} in conf/{ov.key_or_group}/ (choose from: {opts})")
             self._parsed[text] = ov
         return ov
-
-    def is_group(self, text: str) -> bool:
-        return self.parse(text).key_or_group in self.groups
 
     def base(self, group_choices: tuple[tuple[str, str], ...]) -> DictConfig:
         """A fresh copy of the Hydra-composed config for one combination of group choices."""

@@ -51,10 +51,6 @@ class RunSpec:
     owner: Optional[str] = None
     path: Path = field(default=Path(), compare=False)
 
-    @property
-    def is_root(self) -> bool:
-        return self.parent is None
-
     def metadata(self) -> dict[str, Any]:
         return {k: (list(getattr(self, k)) if k == "claims" else getattr(self, k)) for k in METADATA_KEYS}
 
@@ -226,9 +222,6 @@ class RunTree:
     def overrides(self, run_id: str) -> list[str]:
         """The knobs from the root down: the run's config = config.yaml + these, in order."""
         return [s.knob for s in self.lineage(run_id) if s.knob is not None]
-
-    def children(self, run_id: str) -> list[str]:
-        return sorted(r for r, s in self.specs.items() if s.parent == run_id)
 
     def _resolve(self, run_id: str) -> dict:
         resolved = self._resolved.get(run_id)

@@ -81,8 +81,9 @@ class DistillConfig:
 
 @dataclass
 class StageConfig:
-    """One policy-gradient stage (s1, s2, ...); ``reward: null`` means the stage is absent."""
-    reward: Optional[str] = None  # A | B | C | BP
+    """One model stage (s1, s2, ...); ``reward: null`` means the stage is absent."""
+    kind: str = "train"           # a registered step kind (martingale.stages): train = policy gradient
+    reward: Optional[str] = None  # a registered reward (martingale.rewards): A | B | C | BP
     filter: Optional[str] = None  # top-half | top-quartile of the start model's |Δ|; null = all
     epochs: int = 1
     lr: float = 1e-3
@@ -114,6 +115,8 @@ class ElicitConfig:
 
 @dataclass
 class EvalConfig:
+    """How every model stage is measured, per seed."""
+    kind: str = "evaluate"        # a registered measure kind (martingale.stages)
     temperature: float = 1.0
     n_bootstrap: int = 1000
     ci: float = 0.95
@@ -142,12 +145,24 @@ class Config:
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
 
-CHOICES: dict[str, tuple[Any, ...]] = {
+FIXED_CHOICES: dict[str, tuple[Any, ...]] = {
     "start": ("base", "D"),
     "elicit.mode": ("snap", "samemode"),
-    "elicit.judge": ("self", "trace", "oracle"),
-    "stages.*.reward": (None, "A", "B", "C", "BP"),
     "stages.*.filter": (None, "top-half", "top-quartile"),
     "model.backend": ("hf", "vllm"),
     "wandb.mode": ("offline", "online", "disabled"),
 }
+
+
+def choices() -> dict[str, tuple[Any, ...]]:
+    """Allowed values per key (``*`` matches one level): the fixed enums above, and the names the
+    registries hold — a reward, reader or stage kind added in its own file is allowed here with
+    no second list."""
+    from ..beliefs.readers import READERS
+    from ..rewards import REWARDS
+    from ..stages import kind_names
+    return {**FIXED_CHOICES,
+            "elicit.judge": tuple(READERS),
+            "stages.*.reward": (None, *REWARDS),
+            "stages.*.kind": kind_names("step"),
+            "eval.kind": kind_names("measure")}

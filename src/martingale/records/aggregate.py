@@ -58,53 +58,80 @@ def _parent_seed(stage: str, seed: int, parent_keys: set[tuple[str, int]]) -> in
     return seeds[0] if seeds else None
 
 
+def compare(child: dict, parent: dict, child_ids: dict, parent_ids: dict, stage: str, parent_stage: str,
+            n_bootstrap: int, level: float) -> dict[str, Any] | None:
+    """The paired effect of the child's ``stage`` against the parent's ``parent_stage`` (same seed,
+    else the parent's replicate; see _parent_seed). One seed: its block; several: each seed's block
+    under per_seed with the spread and the counts. None when the parent has no such stage."""
+    per_seed: dict[int, dict[str, Any]] = {}
+    for seed in sorted(s for st, s in child if st == stage):
+        pseed = _parent_seed(parent_stage, seed, set(parent))
+        if pseed is None:
+            return None
+        try:
+            block = paired_effect(child[(stage, seed)], parent[(parent_stage, pseed)], n_bootstrap, level, seed)
+        except EffectError as e:
+            block = undefined_effect(str(e))
+        eval_id = child_ids.get((stage, seed))
+        block.update(stage=stage, parent_stage=parent_stage, parent_seed=pseed,
+                     same_eval_stage=eval_id is not None and eval_id == parent_ids.get((parent_stage, pseed)))
+        per_seed[seed] = block
+    if len(per_seed) == 1:
+        return next(iter(per_seed.values()))
+    summary = replicate_summary(per_seed)
+    return {"per_seed": {str(s): b for s, b in per_seed.items()}, "stage": stage, "parent_stage": parent_stage,
+            "same_eval_stage": all(b["same_eval_stage"] for b in per_seed.values()), **summary}
+
+
+def compares(stage: str, parent_stage: str) -> str:
+    """How an effect is labelled: ``s1 vs parent s0``."""
+    return f"{stage} vs parent {parent_stage}"
+
+
 def stage_effects(child: dict, parent: dict, child_ids: dict, parent_ids: dict, stage_order: list[str],
-                  parent_id: str | None, n_bootstrap: int, level: float) -> dict[str, dict[str, Any]]:
-    """Per stage: the paired effect against the parent's eval of the same stage (and seed); several
-    seeds: each seed's effect under per_seed, with the spread and the counts."""
+                  n_bootstrap: int, level: float) -> dict[str, dict[str, Any]]:
+    """Per stage both runs have: the child's stage against the parent's stage of the same name."""
     out: dict[str, dict[str, Any]] = {}
     for stage in stage_order:
-        per_seed: dict[int, dict[str, Any]] = {}
-        for seed in sorted(s for st, s in child if st == stage):
-            pseed = _parent_seed(stage, seed, set(parent))
-            if pseed is None:
-                per_seed[seed] = undefined_effect(
-                    f"parent {parent_id} has no stage {stage}: the knob adds it, nothing to pair")
-                continue
-            try:
-                block = paired_effect(child[(stage, seed)], parent[(stage, pseed)], n_bootstrap, level, seed)
-            except EffectError as e:
-                block = undefined_effect(str(e))
-            block["parent_seed"] = pseed
-            block["same_eval_stage"] = child_ids.get((stage, seed)) is not None and \
-                child_ids.get((stage, seed)) == parent_ids.get((stage, pseed))
-            per_seed[seed] = block
-        if len(per_seed) == 1:
-            out[stage] = next(iter(per_seed.values()))
-        elif per_seed:
-            out[stage] = {"per_seed": {str(s): b for s, b in per_seed.items()}, **replicate_summary(per_seed)}
+        eff = compare(child, parent, child_ids, parent_ids, stage, stage, n_bootstrap, level)
+        if eff is not None:
+            out[stage] = eff
     return out
 
 
-def headline(effects: dict[str, dict[str, Any]], stage_order: list[str]) -> dict[str, Any] | None:
-    """The runs table's effect: the last stage with a defined ΔBrier (effect, CI, p)."""
-    for stage in reversed(stage_order):
-        eff = effects.get(stage)
-        if not eff:
-            continue
-        if "per_seed" in eff:
-            if eff["brier_delta"]["per_seed"] and any(v is not None for v in eff["brier_delta"]["per_seed"]):
-                return {"stage": stage, "seeds": eff["seeds"], "brier_delta": eff["brier_delta"]["mean"],
-                        "brier_delta_sd": eff["brier_delta"]["sd"], "ms_delta": eff["ms_delta"]["mean"],
-                        "ms_delta_sd": eff["ms_delta"]["sd"], "beats_parent": eff["beats_parent"],
-                        "beats_parent_ci": eff["beats_parent_ci"]}
-            continue
-        b, m = eff.get("brier") or {}, eff.get("ms") or {}
-        if isinstance(b.get("delta"), float) and not math.isnan(b["delta"]):
-            return {"stage": stage, "n_paired": b["n"], "brier_delta": b["delta"], "brier_ci": b["ci"],
-                    "p_t": b["p_t"], "p_wilcoxon": b["p_wilcoxon"], "share_child_wins": b["share_child_wins"],
-                    "ms_delta": m.get("delta"), "ms_ci": m.get("ci"), "p_perm_ms": m.get("p_perm")}
-    return None
+def headline(final: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The runs table's effect: the child's final stage against the parent's final stage — what
+    the knob changed (effect, CI, p). None when it is undefined or both read the same eval (a knob
+    that changes no stage: Δ ≡ 0 by construction is no finding)."""
+    if not final or final.get("same_eval_stage"):
+        return None
+    label = {"stage": final["stage"], "parent_stage": final["parent_stage"],
+             "compares": compares(final["stage"], final["parent_stage"])}
+    if "per_seed" in final:
+        if not any(v is not None for v in final["brier_delta"]["per_seed"]):
+            return None
+        return {**label, "seeds": final["seeds"], "brier_delta": final["brier_delta"]["mean"],
+                "brier_delta_sd": final["brier_delta"]["sd"], "ms_delta": final["ms_delta"]["mean"],
+                "ms_delta_sd": final["ms_delta"]["sd"], "beats_parent": final["beats_parent"],
+                "beats_parent_ci": final["beats_parent_ci"]}
+    b, m = final.get("brier") or {}, final.get("ms") or {}
+    if not isinstance(b.get("delta"), float) or math.isnan(b["delta"]):
+        return None
+    return {**label, "n_paired": b["n"], "brier_delta": b["delta"], "brier_ci": b["ci"],
+            "p_t": b["p_t"], "p_wilcoxon": b["p_wilcoxon"], "share_child_wins": b["share_child_wins"],
+            "ms_delta": m.get("delta"), "ms_ci": m.get("ci"), "p_perm_ms": m.get("p_perm")}
+
+
+def forest_rows(effects: dict[str, dict[str, Any]], final: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """The effect forest's rows, final-vs-final first (labelled ``s1 vs parent s0``), then every
+    same-named stage not already shown."""
+    rows: dict[str, dict[str, Any]] = {}
+    if final is not None:
+        rows[compares(final["stage"], final["parent_stage"])] = final
+    for stage, eff in effects.items():
+        if final is None or (stage, stage) != (final["stage"], final["parent_stage"]):
+            rows[stage] = eff
+    return rows
 
 
 def write_run_results(run_id: str, resolved_cfg: dict[str, Any], lineage: list[dict[str, Any]],
@@ -113,10 +140,12 @@ def write_run_results(run_id: str, resolved_cfg: dict[str, Any], lineage: list[d
     """evals: [{stage, seed, dir, model_stage, eval_stage}] → results/<run-id>/{config.yaml,
     lineage.json, records.jsonl, plots/*.png, eval.json}.
 
-    parent_evals (same shape, the parent run's evals): each stage gains ``effect``, the knob's
-    paired effect against the parent's eval of the same stage and seed (questions matched by
-    qid; see martingale.effects), and eval.json's ``effect`` holds the parent, the knob and the
-    headline. Every stage gains ``counts`` (beats start / constant / parent, k of n seeds).
+    parent_evals (same shape, the parent run's evals): the knob's paired effect (questions matched
+    by qid; see martingale.effects). eval.json's ``effect`` holds the parent, the knob, ``final`` —
+    the child's final stage against the parent's final stage, what the knob changed (e.g.
+    ``s1 vs parent s0`` for a knob that adds a stage) — and the headline drawn from it; every stage
+    both runs have gains its own ``effect`` against the parent's stage of that name. Every stage
+    gains ``counts`` (beats start / constant / parent, k of n seeds).
     """
     out = Path(out_dir)
     metrics, records, ids = _load(evals)
@@ -133,15 +162,19 @@ def write_run_results(run_id: str, resolved_cfg: dict[str, Any], lineage: list[d
     knob = lineage[-1].get("knob") if lineage else None
     eval_cfg = resolved_cfg.get("eval") or {}
     effects: dict[str, dict[str, Any]] = {}
+    final: dict[str, Any] | None = None
     if parent_evals:
-        p_metrics, p_records, p_ids = _load(parent_evals)
-        effects = stage_effects(records, p_records, ids, p_ids, stage_order, parent,
-                                int(eval_cfg.get("n_bootstrap", 1000)), float(eval_cfg.get("ci", 0.95)))
+        _, p_records, p_ids = _load(parent_evals)
+        n_boot, level = int(eval_cfg.get("n_bootstrap", 1000)), float(eval_cfg.get("ci", 0.95))
+        effects = stage_effects(records, p_records, ids, p_ids, stage_order, n_boot, level)
         for stage, eff in effects.items():
             stages[stage]["effect"] = eff
+        last, p_last = stage_order[-1], max({st for st, _ in p_records}, key=_stage_order)
+        final = effects.get(last) if last == p_last else \
+            compare(records, p_records, ids, p_ids, last, p_last, n_boot, level)
     for stage in stage_order:
         counts = beat_counts(by_stage[stage], by_stage.get("s0") if stage != "s0" else None)
-        eff = effects.get(stage)
+        eff = effects.get(stage, final if stage == stage_order[-1] else None)
         if eff is not None:
             summary = replicate_summary({int(s): b for s, b in eff["per_seed"].items()}) \
                 if "per_seed" in eff else replicate_summary({0: eff})
@@ -156,7 +189,9 @@ def write_run_results(run_id: str, resolved_cfg: dict[str, Any], lineage: list[d
         "stage_order": stage_order,
         "stages": stages,
         "provenance": provenance,
-        "effect": {"parent": parent, "knob": knob, "headline": headline(effects, stage_order)}
+        "effect": {"parent": parent, "knob": knob,
+                   "compares": compares(final["stage"], final["parent_stage"]) if final else None,
+                   "final": final, "headline": headline(final)}
         if parent_evals else None,
     }
     pooled: dict[str, list[dict[str, Any]]] = {}
@@ -170,6 +205,7 @@ def write_run_results(run_id: str, resolved_cfg: dict[str, Any], lineage: list[d
     io.write_jsonl(out / "records.jsonl", all_records)
     if plots:
         from ..plots import write_plots
-        write_plots(out / "plots", run_id, stage_order, pooled, stages, parent, knob, effects or None)
+        write_plots(out / "plots", run_id, stage_order, pooled, stages, parent, knob,
+                    forest_rows(effects, final) or None)
     io.write_json(out / "eval.json", result)
     return result

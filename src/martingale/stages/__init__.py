@@ -1,13 +1,69 @@
-"""Stage bodies. Each stage is ``run(cfg, <upstream folders>, out_dir)`` and writes only out_dir.
+"""Stage kinds. Each module here declares one kind with ``@stage_kind`` on its ``run`` and is found
+by ``kinds()``; the plan places kinds in a run's chain, one generic Snakemake rule runs any of them.
 
-- ``pretrain.run(cfg, out_dir)``: cfg has world, model, pretrain → out_dir/model (HF folder)
-- ``distill.run(cfg, base_model, out_dir)``: cfg has world, model, distill → out_dir/model
-- ``train.run(cfg, start_model, judge_model, out_dir)``: cfg has world, model, elicit, stage, seed
-  → out_dir/model (adapter merged) and out_dir/train.jsonl (per-step log)
-- ``evaluate.run(cfg, model, judge_model, out_dir)``: cfg has world, model, elicit, eval, seed
-  → out_dir/records.jsonl and out_dir/metrics.json
+A kind's place in a chain:
 
-``model``/``start_model``/``judge_model`` are stage folders (the HF weights are in ``<folder>/model``).
-Every stage writes into a temporary sibling folder and renames it into place when complete
-(``martingale.io.atomic_dir``), so a half-written stage is never taken for a finished one.
+- ``source``  makes the start model from nothing (``pretrain``: the embedded model; ``weights``:
+  local weights); the one whose ``when(cfg)`` holds is used.
+- ``start``   turns the start model into another before any step (``distill``: D), when ``when(cfg)``.
+- ``step``    a model stage s1, s2 … (``stages.<name>.kind``, default ``train``): start model in,
+  model out.
+- ``measure`` reads a model stage for one seed (``eval.kind``, default ``evaluate``): records and
+  metrics out.
+
+Its slice is the config keys ``keys`` (plus ``stage``, the step's own config, for a step, and
+``seed`` for a per-seed kind): the stage id hashes it, and ``run`` receives it. Input roles name
+upstream stage folders: ``judge_model`` is the run's judge (its start model), any other role the
+model upstream. ``run(cfg, <roles>=folder, out_dir=folder)`` writes only out_dir; heavy libraries
+(torch, transformers) are imported inside it, so finding the kinds never loads them.
 """
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+PLACES = ("source", "start", "step", "measure")
+HELPERS = ("common",)          # modules here that declare no kind
+
+
+@dataclass(frozen=True)
+class StageKind:
+    name: str
+    place: str
+    keys: tuple[str, ...]
+    inputs: tuple[str, ...]
+    run: Callable[..., Any]
+    when: Optional[Callable[[dict], bool]] = None   # source/start: does this run need the kind
+    per_seed: bool = False
+    local: bool = False                             # runs on the submitting host, never as a job
+
+
+_KINDS: dict[str, StageKind] = {}
+
+
+def stage_kind(name: str, place: str, keys: tuple[str, ...], inputs: tuple[str, ...] = (),
+               when: Optional[Callable[[dict], bool]] = None, per_seed: bool = False,
+               local: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register the decorated ``run`` as stage kind ``name`` (see the module docstring)."""
+    if place not in PLACES:
+        raise ValueError(f"stage kind {name}: place {place!r} is not one of {', '.join(PLACES)}")
+
+    def register(run: Callable[..., Any]) -> Callable[..., Any]:
+        _KINDS[name] = StageKind(name, place, tuple(keys), tuple(inputs), run, when, per_seed, local)
+        return run
+    return register
+
+
+def kinds() -> dict[str, StageKind]:
+    """Every registered kind, after importing each stage module of this package once."""
+    for module in pkgutil.iter_modules(__path__):
+        if module.name not in HELPERS:
+            importlib.import_module(f"{__name__}.{module.name}")
+    return _KINDS
+
+
+def kind_names(place: str) -> tuple[str, ...]:
+    """Names of the kinds registered for one place (the allowed values of its config key)."""
+    return tuple(k.name for k in kinds().values() if k.place == place)

@@ -1,4 +1,7 @@
-"""What every stage shares: seeding, the world, and the supervised next-token loop (pretrain, distill)."""
+"""What every stage shares: seeding, the world, and the supervised next-token loop (pretrain, distill).
+
+Light to import (torch is imported inside the functions that use it): the plan imports every stage
+module to find its kind."""
 from __future__ import annotations
 
 import logging
@@ -7,7 +10,6 @@ import random
 from typing import Any, Callable
 
 import numpy as np
-import torch
 
 from ..world.synthetic import SyntheticWorld
 
@@ -20,6 +22,7 @@ class StageError(RuntimeError):
 
 def seed_everything(seed: int) -> None:
     """Wire one seed into python, numpy and torch; single-threaded determinism on CPU."""
+    import torch
     random.seed(seed)
     np.random.seed(seed % (2**32))
     torch.manual_seed(seed)
@@ -32,8 +35,9 @@ def make_world(world_cfg: dict[str, Any]) -> SyntheticWorld:
     return SyntheticWorld(world_cfg)
 
 
-def encode_pairs(tokenizer, pairs: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
+def encode_pairs(tokenizer, pairs: list[tuple[str, str]]) -> dict[str, "torch.Tensor"]:
     """Tokenise (prompt, completion) pairs; labels only on completion tokens, right-padded."""
+    import torch
     prompts = tokenizer([p for p, _ in pairs], add_special_tokens=False)["input_ids"]
     comps = tokenizer([c for _, c in pairs], add_special_tokens=False)["input_ids"]
     width = max(len(p) + len(c) for p, c in zip(prompts, comps))
@@ -52,6 +56,7 @@ def supervised_loop(model, tokenizer, next_pairs: Callable[[int], list[tuple[str
                     steps: int, lr: float, warmup: int, on_step: Callable[[int, float], None] | None = None,
                     params=None) -> float:
     """AdamW with warmup + cosine decay on completion-token cross-entropy; returns the final loss."""
+    import torch
     params = [p for p in (params or model.parameters()) if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
     sched = torch.optim.lr_scheduler.LambdaLR(

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from .. import io
-from ..model.load import load, save
+from . import stage_kind
 from .common import StageError, log, make_world, seed_everything
 from .pretrain import mixture
 
@@ -108,9 +108,14 @@ def _loss_callback(steps: int, history: list[dict], losses: list[float], t0: flo
     return LossLog()
 
 
+@stage_kind("distill", "start", keys=("world", "model", "distill"), inputs=("base_model",),
+            when=lambda cfg: cfg["start"] == "D")
 def run(cfg: dict[str, Any], base_model: Path, out_dir: Path) -> None:
+    """cfg: world, model, distill; base_model: the start model's stage folder → out_dir/model (D)."""
     import datasets
     from transformers import PrinterCallback, ProgressCallback
+
+    from ..model.load import load, save
 
     d = cfg["distill"]
     seed_everything(int(d["seed"]))

@@ -14,13 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import io
-from ..beliefs.elicit import cut_index, rollout
 from ..beliefs.parse import parse_p
-from ..beliefs.readers import ReadContext
-from ..metrics import stage_metrics
-from ..model.generate import sample
-from ..model.load import load
 from ..world import traces as fmt
+from . import stage_kind
 from .common import log, make_world, seed_everything
 
 
@@ -35,6 +31,7 @@ NEGATION_SEED = 2         # negated questions sample with seed + 2 (the trace: s
 def snap_draws(model, tok, questions, k: int, seed: int, temperature: float) -> list[list[float | None]]:
     """K re-draws of each question's snap prior (the same prompt as beliefs.elicit.rollout's snap
     answer), each with its own seed: per question, the K stated P (None = unparsed)."""
+    from ..model.generate import sample
     prompts = [fmt.prompt(q) + " snap" for q in questions]
     draws = []
     for j in range(k):
@@ -45,12 +42,16 @@ def snap_draws(model, tok, questions, k: int, seed: int, temperature: float) -> 
 
 def negation_stated(model, tok, world, questions, seed: int, temperature: float) -> list[float | None]:
     """The stated P of each question's negation (a reasoned trace on ``Q not ...``)."""
+    from ..model.generate import sample
     prompts = [fmt.prompt(q.negation()) + " think" for q in questions]
     batch = sample(model, tok, prompts, 4 * world.n_clues + 6, temperature, seed + NEGATION_SEED)
     return [_r(parse_p("think " + t)) for t in batch.texts]
 
 
 def evaluate_model(model, tok, judge, cfg: dict[str, Any], questions) -> list[dict[str, Any]]:
+    from ..beliefs.elicit import cut_index, rollout
+    from ..beliefs.readers import ReadContext
+
     world = make_world(cfg["world"])
     ctx = ReadContext(world=world, judge=judge)
     seed = int(cfg["seed"])
@@ -86,7 +87,13 @@ def evaluate_model(model, tok, judge, cfg: dict[str, Any], questions) -> list[di
     return rows
 
 
+@stage_kind("evaluate", "measure", keys=("world", "model", "elicit", "eval"), inputs=("model", "judge_model"),
+            per_seed=True)
 def run(cfg: dict[str, Any], model: Path, judge_model: Path, out_dir: Path) -> None:
+    """cfg: world, model, elicit, eval, seed → out_dir/records.jsonl and out_dir/metrics.json."""
+    from ..metrics import stage_metrics
+    from ..model.load import load
+
     seed = int(cfg["seed"])
     seed_everything(seed)
     world = make_world(cfg["world"])

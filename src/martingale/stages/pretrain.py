@@ -12,9 +12,8 @@ from typing import Any
 import numpy as np
 
 from .. import io
-from ..model.load import build_tiny, save
-from ..model.tokenizer import build_tokenizer
 from ..world import traces
+from . import stage_kind
 from .common import log, make_world, seed_everything, supervised_loop
 
 
@@ -37,7 +36,13 @@ def mixture(world, rng: np.random.Generator, n: int, cfg: dict[str, Any],
     return pairs
 
 
+@stage_kind("pretrain", "source", keys=("world", "model", "pretrain"),
+            when=lambda cfg: not cfg["model"].get("path"))
 def run(cfg: dict[str, Any], out_dir: Path) -> None:
+    """cfg: world, model, pretrain → out_dir/model (HF folder) and stage.json."""
+    from ..model.load import build_tiny, save
+    from ..model.tokenizer import build_tokenizer
+
     p = cfg["pretrain"]
     seed_everything(int(p["seed"]))
     world = make_world(cfg["world"])

@@ -13,14 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
-from peft import LoraConfig, get_peft_model
 
 from .. import io, rewards
-from ..beliefs.elicit import Rollout, rollout
-from ..beliefs.readers import ReadContext
-from ..model.generate import token_logprobs
-from ..model.load import load, save
+from . import stage_kind
 from .common import StageError, log, make_world, seed_everything
 
 FILTER_QUANTILE = {"top-half": 0.5, "top-quartile": 0.75}
@@ -49,6 +44,7 @@ def policy_loss(logp: torch.Tensor, ref_logp: torch.Tensor, adv: torch.Tensor, m
     k3 is an estimate of KL(π‖π_ref) that is never negative, so moving away from the start model
     always costs (the log's KL-sign bug rewarded divergence). Returns (loss, mean k3).
     """
+    import torch
     diff = ref_logp - logp
     k3 = torch.exp(diff) - diff - 1.0
     per_token = -adv[:, None] * logp + beta * k3
@@ -58,6 +54,7 @@ def policy_loss(logp: torch.Tensor, ref_logp: torch.Tensor, adv: torch.Tensor, m
 
 def select_questions(model, tok, questions, ctx, elicit, stage: dict[str, Any], seed: int):
     """The ``filter`` option: keep the questions where the start model's |Δ| is in the top quantile."""
+    from ..beliefs.elicit import rollout
     if stage["filter"] is None:
         return questions, None
     ro = rollout(model, tok, questions, ctx, elicit, seed, float(stage["temperature"]))
@@ -72,7 +69,18 @@ def _as_array(xs) -> np.ndarray:
     return np.array([np.nan if v is None else v for v in xs], dtype=float)
 
 
+@stage_kind("train", "step", keys=("world", "model", "elicit"), inputs=("start_model", "judge_model"),
+            per_seed=True)
 def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path) -> None:
+    """cfg: world, model, elicit, stage, seed → out_dir/model (adapter merged), train.jsonl, stage.json."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from ..beliefs.elicit import Rollout, rollout
+    from ..beliefs.readers import ReadContext
+    from ..model.generate import token_logprobs
+    from ..model.load import load, save
+
     stage, elicit, seed = cfg["stage"], cfg["elicit"], int(cfg["seed"])
     name = f"train stage ({stage['reward']} reward)"
     if stage["reward"] not in rewards.REWARDS:

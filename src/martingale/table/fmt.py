@@ -34,8 +34,8 @@ def ms(metrics: dict) -> str:
 
 
 def effect(eff: Any) -> str:
-    """The knob's headline paired effect: ΔBrier [CI] at a stage, with paired-t p."""
+    """The knob's headline paired effect: ΔBrier [CI] of the final stages compared, with paired-t p."""
     if not isinstance(eff, dict) or eff.get("brier_delta") is None:
         return "–"
-    return (f"{eff.get('stage')}: {num(eff['brier_delta'], 4, True)}{ci(eff.get('brier_ci'), 4, True)}"
+    return (f"{eff.get('compares') or eff.get('stage')}: {num(eff['brier_delta'], 4, True)}{ci(eff.get('brier_ci'), 4, True)}"
             f" p={pval(eff.get('p_t'))}")

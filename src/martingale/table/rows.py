@@ -22,9 +22,9 @@ from ..io import read_optional
 from ..plan import STORE, current_index, stage_dir
 
 HEADLINE = ("n", "brier", "brier_ci", "ms", "ms_ci", "bss", "parse_rate")
-# The knob's paired effect against the parent (eval.json's effect.headline): the last stage with
-# a defined ΔBrier; one seed gives CI and p, several the spread and "beats parent k/n".
-EFFECT = ("stage", "n_paired", "brier_delta", "brier_ci", "p_t", "p_wilcoxon", "share_child_wins",
+# The knob's paired effect against the parent (eval.json's effect.headline): the run's final stage
+# against the parent's final stage; one seed gives CI and p, several the spread and "beats parent k/n".
+EFFECT = ("stage", "parent_stage", "compares", "n_paired", "brier_delta", "brier_ci", "p_t", "p_wilcoxon", "share_child_wins",
           "ms_delta", "ms_ci", "p_perm_ms", "seeds", "brier_delta_sd", "ms_delta_sd", "beats_parent",
           "beats_parent_ci")
 # A failed job's log: our stages log "stage failed" + the traceback (martingale.smk.run_logged);

@@ -1,0 +1,31 @@
+# One rule per registered stage kind (martingale.stages), all from this one definition: the kind's
+# upstream folders by role in, its content-addressed folder results/_store/<kind>/<id> out, its
+# config slice as a param (editing a knob reruns what it affects), its model's resources.
+
+
+for kind in STAGE_KINDS.values():
+
+    rule:
+        name:
+            kind.name
+        input:
+            unpack(stage_inputs),
+        output:
+            directory(f"{STORE}/{kind.name}/{{sid}}"),
+        params:
+            cfg=stage_cfg,
+        log:
+            f"logs/{kind.name}/{{sid}}.log",
+        wildcard_constraints:
+            sid=sid_pattern(kind.name),
+        threads: stage_threads
+        resources:
+            mem_mb=stage_mem_mb,
+            runtime=stage_runtime,
+            gpu=stage_gpu,
+            gpu_model=stage_gpu_model,
+        localrule: kind.local
+        conda:
+            "../envs/martingale.yaml"
+        script:
+            "../scripts/stage.py"
