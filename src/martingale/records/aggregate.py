@@ -134,6 +134,41 @@ def forest_rows(effects: dict[str, dict[str, Any]], final: dict[str, Any] | None
     return rows
 
 
+def knob_effect(records: dict, ids: dict, stage_order: list[str], parent_evals: list[dict[str, Any]],
+                eval_cfg: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, Any] | None]:
+    """(per-stage effects, final): every stage both runs have against the parent's stage of that
+    name, and the child's final stage against the parent's final stage (what the knob changed)."""
+    _, p_records, p_ids = _load(parent_evals)
+    n_boot, level = int(eval_cfg.get("n_bootstrap", 1000)), float(eval_cfg.get("ci", 0.95))
+    effects = stage_effects(records, p_records, ids, p_ids, stage_order, n_boot, level)
+    last, p_last = stage_order[-1], max({st for st, _ in p_records}, key=_stage_order)
+    final = effects.get(last) if last == p_last else \
+        compare(records, p_records, ids, p_ids, last, p_last, n_boot, level)
+    return effects, final
+
+
+def _counts(by_stage: dict[str, dict[int, dict]], stage: str, eff: dict[str, Any] | None) -> dict[str, Any]:
+    """beats start / constant (k of n seeds), and beats parent from the stage's paired effect."""
+    counts = beat_counts(by_stage[stage], by_stage.get("s0") if stage != "s0" else None)
+    if eff is not None:
+        summary = replicate_summary({int(s): b for s, b in eff["per_seed"].items()}) \
+            if "per_seed" in eff else replicate_summary({0: eff})
+        counts["beats_parent"] = summary["beats_parent"]
+        counts["beats_parent_ci"] = summary["beats_parent_ci"]
+    return counts
+
+
+def _pooled(records: dict) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
+    """Records tagged with stage and seed: per stage (for the plots), and all in stage/seed order."""
+    pooled: dict[str, list[dict[str, Any]]] = {}
+    all_records: list[dict[str, Any]] = []
+    for (stage, seed), rows in sorted(records.items(), key=lambda kv: (_stage_order(kv[0][0]), kv[0][1])):
+        tagged = [{**r, "stage": stage, "seed": seed} for r in rows]
+        pooled.setdefault(stage, []).extend(tagged)
+        all_records.extend(tagged)
+    return pooled, all_records
+
+
 def write_run_results(run_id: str, resolved_cfg: dict[str, Any], lineage: list[dict[str, Any]],
                       evals: list[dict[str, Any]], out_dir: Path | str,
                       parent_evals: list[dict[str, Any]] | None = None, plots: bool = True) -> dict[str, Any]:
@@ -160,46 +195,23 @@ def write_run_results(run_id: str, resolved_cfg: dict[str, Any], lineage: list[d
     stages = {name: combine_seeds(by_stage[name]) for name in stage_order}
     parent = lineage[-1].get("parent") if lineage else None
     knob = lineage[-1].get("knob") if lineage else None
-    eval_cfg = resolved_cfg.get("eval") or {}
-    effects: dict[str, dict[str, Any]] = {}
-    final: dict[str, Any] | None = None
-    if parent_evals:
-        _, p_records, p_ids = _load(parent_evals)
-        n_boot, level = int(eval_cfg.get("n_bootstrap", 1000)), float(eval_cfg.get("ci", 0.95))
-        effects = stage_effects(records, p_records, ids, p_ids, stage_order, n_boot, level)
-        for stage, eff in effects.items():
-            stages[stage]["effect"] = eff
-        last, p_last = stage_order[-1], max({st for st, _ in p_records}, key=_stage_order)
-        final = effects.get(last) if last == p_last else \
-            compare(records, p_records, ids, p_ids, last, p_last, n_boot, level)
+    effects, final = knob_effect(records, ids, stage_order, parent_evals, resolved_cfg.get("eval") or {}) \
+        if parent_evals else ({}, None)
     for stage in stage_order:
-        counts = beat_counts(by_stage[stage], by_stage.get("s0") if stage != "s0" else None)
-        eff = effects.get(stage, final if stage == stage_order[-1] else None)
-        if eff is not None:
-            summary = replicate_summary({int(s): b for s, b in eff["per_seed"].items()}) \
-                if "per_seed" in eff else replicate_summary({0: eff})
-            counts["beats_parent"] = summary["beats_parent"]
-            counts["beats_parent_ci"] = summary["beats_parent_ci"]
-        stages[stage]["counts"] = counts
+        if stage in effects:
+            stages[stage]["effect"] = effects[stage]
+        own = effects.get(stage, final if stage == stage_order[-1] else None)
+        stages[stage]["counts"] = _counts(by_stage, stage, own)
     result = {
-        "run_id": run_id,
-        "parent": parent,
-        "knob": knob,
+        "run_id": run_id, "parent": parent, "knob": knob,
         "seeds": sorted({int(e["seed"]) for e in evals}),
-        "stage_order": stage_order,
-        "stages": stages,
-        "provenance": provenance,
+        "stage_order": stage_order, "stages": stages, "provenance": provenance,
         "effect": {"parent": parent, "knob": knob,
                    "compares": compares(final["stage"], final["parent_stage"]) if final else None,
                    "final": final, "headline": headline(final)}
         if parent_evals else None,
     }
-    pooled: dict[str, list[dict[str, Any]]] = {}
-    all_records: list[dict[str, Any]] = []
-    for (stage, seed), rows in sorted(records.items(), key=lambda kv: (_stage_order(kv[0][0]), kv[0][1])):
-        tagged = [{**r, "stage": stage, "seed": seed} for r in rows]
-        pooled.setdefault(stage, []).extend(tagged)
-        all_records.extend(tagged)
+    pooled, all_records = _pooled(records)
     io.write_yaml(out / "config.yaml", resolved_cfg)
     io.write_json(out / "lineage.json", lineage)
     io.write_jsonl(out / "records.jsonl", all_records)
