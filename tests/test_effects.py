@@ -16,7 +16,7 @@ from martingale import io
 from martingale.effects import (EffectError, brier_effect, ms_effect, pair_records, paired_effect,
                                 replicate_summary)
 from martingale.metrics import MetricError, stage_metrics
-from martingale.records.aggregate import write_run_results
+from martingale.records.aggregate import forest_rows, write_run_results
 
 
 def _data(n=300, seed=0, better=0.05):
@@ -261,14 +261,31 @@ def test_replicates_get_per_seed_effects_the_spread_and_counts(tmp_path):
     assert result["stages"]["s2"]["counts"]["beats_start"].endswith("/3")
 
 
-def test_a_stage_the_parent_lacks_has_no_effect_and_says_why(tmp_path):
+def test_a_knob_that_adds_a_stage_is_headlined_by_its_final_stage_against_the_parents_final(tmp_path):
     child = _evals(tmp_path, "c", STAGES_CHILD, [42])
     parent = _evals(tmp_path, "p", {"s0": (0.0, 0.0), "s1": (0.0, 0.3)}, [42])
     result = write_run_results("x", CFG, LINEAGE, child, tmp_path / "out", parent_evals=parent, plots=False)
-    eff = result["stages"]["s2"]["effect"]
-    assert "has no stage s2" in eff["undefined"]["effect"] and math.isnan(eff["brier"]["delta"])
-    assert "has no stage s2" in eff["brier"]["undefined"]["p_wilcoxon"]
-    assert result["effect"]["headline"]["stage"] == "s1"
+    assert "effect" not in result["stages"]["s2"]          # the parent has no s2 to pair stage by stage
+    final, head = result["effect"]["final"], result["effect"]["headline"]
+    assert (final["stage"], final["parent_stage"]) == ("s2", "s1") and not final["same_eval_stage"]
+    assert result["effect"]["compares"] == head["compares"] == "s2 vs parent s1"
+    assert head["brier_delta"] == final["brier"]["delta"] < 0 and head["brier_ci"][1] < 0
+    assert 0 <= head["p_t"] <= 1 and 0 <= head["p_wilcoxon"] <= 1 and head["ms_ci"][0] < head["ms_delta"]
+    assert result["stages"]["s2"]["counts"]["beats_parent"] == "1/1"
+
+
+def test_the_headline_is_never_a_shared_eval(tmp_path):
+    child = _evals(tmp_path, "p", STAGES_PARENT, [42])[:1]   # the parent's own s0 eval: Δ ≡ 0
+    parent = _evals(tmp_path / "parent", "p", STAGES_PARENT, [42])[:1]
+    result = write_run_results("x", CFG, LINEAGE, child, tmp_path / "out", parent_evals=parent, plots=False)
+    assert result["effect"]["final"]["same_eval_stage"] and result["effect"]["headline"] is None
+
+
+def test_the_effect_forest_shows_final_vs_final_first():
+    effects = {"s0": {"stage": "s0"}, "s1": {"stage": "s1"}}
+    final = {"stage": "s2", "parent_stage": "s1"}
+    assert list(forest_rows(effects, final)) == ["s2 vs parent s1", "s0", "s1"]
+    assert list(forest_rows(effects, {"stage": "s1", "parent_stage": "s1"})) == ["s1 vs parent s1", "s0"]
 
 
 def test_a_root_run_has_no_effect(tmp_path):

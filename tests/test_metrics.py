@@ -71,6 +71,9 @@ from sklearn.metrics import brier_score_loss
 from martingale.metrics import (MetricError, N_BINS, brier_ci, calibration_bins, ece, extremes, inertia,
                                 mean_p, murphy_decomposition, negation_coherence, squared_errors,
                                 trace_coherence)
+from martingale.deattenuation import DEATT_KEYS
+from martingale.metrics import STAGE_METRICS
+from martingale.stats import MIN_CI_PAIRS, bootstrap_ci, ms_slope, nan_array, nan_matrix, too_few_for_ci
 
 PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 EDGES = np.linspace(0, 1, N_BINS + 1)
@@ -304,3 +307,42 @@ def test_stage_metrics_has_the_full_set_and_it_matches_the_pure_functions():
                 "brier_wbv", "brier_wbc", "brier_constant", "ms_trace", "ms_trace_ci", "lin_r2", "sigma_ratio"):
         assert key in m, key
     assert stage_metrics(recs, n_bootstrap=100, seed=1) == m     # seeded: the same block twice
+
+
+# ---------------------------------------------------------------- the statistics core and the table
+@PROPS
+@given(forecasts(min_n=3))
+def test_ms_slope_is_scipys_slope_of_delta_on_prior_minus_half(data):
+    prior, _ = data
+    post = np.clip(prior[::-1] * 0.6 + 0.2, 0, 1)
+    assert math.isnan(ms_slope(np.full(len(prior), prior[0]), post))   # constant prior: a resample may draw one
+    if np.ptp(prior) > 1e-6:
+        assert ms_slope(prior, post) == stats.linregress(prior - 0.5, post - prior).slope
+
+
+def test_none_is_nan_and_ragged_rows_are_padded():
+    assert np.array_equal(nan_array([0.2, None, 1]), [0.2, np.nan, 1.0], equal_nan=True)
+    assert np.array_equal(nan_matrix([[0.1, None], None, [0.3]]),
+                          [[0.1, np.nan], [np.nan, np.nan], [0.3, np.nan]], equal_nan=True)
+
+
+def test_too_few_for_an_interval_and_the_bootstrap_is_scipys():
+    assert too_few_for_ci(MIN_CI_PAIRS) is None
+    why = too_few_for_ci(3, "paired questions")
+    assert why == f"3 paired questions < {MIN_CI_PAIRS}: too few for a bootstrap interval"
+    x = np.random.default_rng(2).random(40)
+    ref = stats.bootstrap((x,), np.mean, n_resamples=200, confidence_level=0.9, method="percentile",
+                          rng=np.random.default_rng(5)).confidence_interval
+    assert bootstrap_ci((x,), np.mean, 200, 0.9, 5, paired=False, vectorized=None) == (ref.low, ref.high)
+
+
+def test_stage_metrics_writes_exactly_the_tables_keys_in_order():
+    recs = [_rec(i % 2, 0.1 + 0.05 * i, 0.2 + 0.04 * i, 0.3 + 0.03 * i) for i in range(12)]
+    every = [k for metric in STAGE_METRICS for k in metric.keys] + ["undefined"]
+    assert list(_block(recs)) == [k for k in every if k not in DEATT_KEYS and "negation" not in k]
+    for r in recs:
+        r["stated_neg"], r["snap_draws"] = 1 - r["stated"], [r["prior"] + 0.01, None]
+    m = list(_block(recs))                  # negations and snap draws add their metrics, in table order
+    head = [k for k in every if k not in DEATT_KEYS]
+    assert m[:-1 - len(DEATT_KEYS)] == head[:-1] and set(m[-1 - len(DEATT_KEYS):-1]) == set(DEATT_KEYS)
+    assert all(metric.fn.__doc__ for metric in STAGE_METRICS)   # every metric says its formula

@@ -18,17 +18,16 @@ recal_base, reliability 0.34: "applies cleanly only when Var_q(prior) >> σ²_me
 ``min_reliability`` the numbers are still reported and ``deatt_degenerate`` is true, with the
 reason in ``deatt_note``; at reliability ≤ 0 MS_adj is NaN with the reason under ``undefined``.
 
-``oracle_check`` validates both against the embedded world's exact Bayes beliefs (a true
-martingale) with known noise added to the prior.
+``martingale.world.oracle_check`` validates both against the embedded world's exact Bayes beliefs
+(a true martingale) with known noise added to the prior.
 """
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
-from .metrics import MIN_CI_PAIRS, MetricError, ms_ci
+from .stats import MetricError, bootstrap_ci, ols, too_few_for_ci
 
 MIN_RELIABILITY = 0.5   # below this Var(prior) < 2·σ²_meas: the correction is noise-dominated
 
@@ -55,9 +54,10 @@ def reliability(var_prior: float, sigma2_meas: float) -> float:
     return 1.0 - sigma2_meas / var_prior
 
 
-def _beta(prior: np.ndarray, posterior: np.ndarray) -> float:
-    """β_obs = OLS slope of the posterior on the prior (= 1 + MS_raw)."""
-    return float(stats.linregress(prior, posterior).slope)
+def beta_obs(prior: np.ndarray, posterior: np.ndarray) -> float:
+    """β_obs = OLS slope of the posterior on the prior (= 1 + MS_raw; fitted as posterior on prior,
+    not as 1 + MS, so the numbers stay those the log reports)."""
+    return float(ols(prior, posterior).slope)
 
 
 def ms_adjusted(prior: np.ndarray, posterior: np.ndarray, sigma2_meas: float) -> float:
@@ -65,7 +65,7 @@ def ms_adjusted(prior: np.ndarray, posterior: np.ndarray, sigma2_meas: float) ->
     rel = reliability(float(np.var(prior, ddof=1)), sigma2_meas)
     if rel <= 0:
         raise MetricError(f"ms_adj: reliability {rel:.3f} ≤ 0: σ²_meas ≥ Var_q(prior), the prior is all noise")
-    return _beta(prior, posterior) / rel - 1.0
+    return beta_obs(prior, posterior) / rel - 1.0
 
 
 def ms_instrumented(prior: np.ndarray, posterior: np.ndarray, instrument: np.ndarray) -> float:
@@ -76,7 +76,7 @@ def ms_instrumented(prior: np.ndarray, posterior: np.ndarray, instrument: np.nda
     return float(c[0, 2] / c[0, 1] - 1.0)
 
 
-def _stats(prior: np.ndarray, posterior: np.ndarray, extra: np.ndarray) -> tuple[float, float]:
+def _adj_and_iv(prior: np.ndarray, posterior: np.ndarray, extra: np.ndarray) -> tuple[float, float]:
     """(MS_adj, MS_iv) on one (re)sample, NaN where undefined: the bootstrap's statistic."""
     allk = np.column_stack([prior, extra])
     try:
@@ -118,7 +118,7 @@ def deattenuate(prior: Any, posterior: Any, draws: Any, n_bootstrap: int = 1000,
     var_prior = float(np.var(prior, ddof=1))
     rel = reliability(var_prior, s2)
     undefined: dict[str, str] = {}
-    adj, iv = _stats(prior, posterior, draws)
+    adj, iv = _adj_and_iv(prior, posterior, draws)
     if np.isnan(adj):
         undefined["ms_adj"] = f"ms_adj: reliability {rel:.3f} ≤ 0: σ²_meas ≥ Var_q(prior), the prior is all noise"
     if np.isnan(iv):
@@ -134,20 +134,16 @@ def deattenuate(prior: Any, posterior: Any, draws: Any, n_bootstrap: int = 1000,
         "deatt_degenerate": note is not None, "deatt_note": note,
     }
     nan2 = [float("nan"), float("nan")]
-    if len(prior) < MIN_CI_PAIRS:
+    if (why := too_few_for_ci(len(prior))):
         out["ms_adj_ci"] = out["ms_iv_ci"] = nan2
-        undefined["ms_adj_ci"] = undefined["ms_iv_ci"] = \
-            f"{len(prior)} questions < {MIN_CI_PAIRS}: too few for a bootstrap interval"
+        undefined["ms_adj_ci"] = undefined["ms_iv_ci"] = why
     else:
         cols = tuple(draws[:, j] for j in range(draws.shape[1]))
 
         def statistic(a, b, *extra):
-            return np.array(_stats(a, b, np.column_stack(extra)))
+            return np.array(_adj_and_iv(a, b, np.column_stack(extra)))
 
-        res = stats.bootstrap((prior, posterior, *cols), statistic, paired=True, vectorized=False,
-                              n_resamples=n_bootstrap, confidence_level=level, method="percentile",
-                              rng=np.random.default_rng(seed))
-        lo, hi = res.confidence_interval.low, res.confidence_interval.high
+        lo, hi = bootstrap_ci((prior, posterior, *cols), statistic, n_bootstrap, level, seed)
         for i, key in enumerate(("ms_adj_ci", "ms_iv_ci")):
             out[key] = [float(lo[i]), float(hi[i])]
             if np.isnan(lo[i]) or np.isnan(hi[i]):
@@ -155,39 +151,3 @@ def deattenuate(prior: Any, posterior: Any, draws: Any, n_bootstrap: int = 1000,
     out["undefined"] = undefined
     return out
 
-
-def oracle_check(world_cfg: dict[str, Any], n: int = 4000, k_draws: int = 4, noise_sd: float = 0.15,
-                 cut: float = 0.5, n_bootstrap: int = 1000, level: float = 0.95,
-                 seed: int = 0) -> dict[str, Any]:
-    """De-attenuation against the oracle of the embedded world.
-
-    n questions; the true prior is the exact Bayes belief after ``cut`` of the clues and the
-    posterior the exact Bayes belief after all of them — a martingale, MS = 0. The measured prior
-    and its k_draws re-draws are the true prior plus independent N(0, noise_sd²) noise (classical
-    errors-in-variables). Passes when raw MS's CI lies below 0 while the CIs of MS_adj and MS_iv
-    cover 0.
-    """
-    from .world.synthetic import SyntheticWorld
-    world = SyntheticWorld(world_cfg)
-    rng = np.random.default_rng([seed, 7])
-    questions = world.sample(n, rng, "or")
-    k = int(round(cut * world.n_clues))
-    belief = np.array([world.bayes(q, k) for q in questions])
-    posterior = np.array([world.bayes(q) for q in questions])
-    noisy = belief[:, None] + rng.normal(0.0, noise_sd, size=(n, k_draws + 1))
-    prior, draws = noisy[:, 0], noisy[:, 1:]
-    raw = float(stats.linregress(prior - 0.5, posterior - prior).slope)
-    raw_ci = list(ms_ci(prior, posterior, n_bootstrap, level, seed))
-    d = deattenuate(prior, posterior, draws, n_bootstrap, level, seed)
-    var_b = float(np.var(belief, ddof=1))
-    out = {
-        "n": n, "k_draws": k_draws, "noise_sd": noise_sd,
-        "ms_true": float(stats.linregress(belief - 0.5, posterior - belief).slope),
-        "ms_raw": raw, "ms_raw_ci": raw_ci,
-        "reliability_true": var_b / (var_b + noise_sd ** 2),
-        **{key: d[key] for key in ("sigma2_meas", "var_prior", "reliability", "ms_adj", "ms_adj_ci",
-                                   "ms_iv", "ms_iv_ci", "deatt_degenerate")},
-    }
-    out["passed"] = bool(raw_ci[1] < 0 and d["ms_adj_ci"][0] <= 0 <= d["ms_adj_ci"][1]
-                         and d["ms_iv_ci"][0] <= 0 <= d["ms_iv_ci"][1])
-    return out

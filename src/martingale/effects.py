@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from .metrics import MIN_CI_PAIRS, MetricError, _arr
+from .stats import MetricError, bootstrap_ci, ms_slope, nan_array, too_few_for_ci
 
 MIN_PAIRED = 3
 
@@ -94,16 +94,14 @@ def brier_effect(y: Any, p_child: Any, p_parent: Any, n_bootstrap: int = 1000, l
         "n": n, "child": float(lc.mean()), "parent": float(lp.mean()), "delta": float(d.mean()),
         "share_child_wins": float(np.mean(d < 0)), "share_ties": float(np.mean(d == 0)),
     }
-    if n < MIN_CI_PAIRS:
+    if (why := too_few_for_ci(n, "paired questions")):
         out["ci"] = [float("nan")] * 2
-        undefined["ci"] = f"{n} paired questions < {MIN_CI_PAIRS}: too few for a bootstrap interval"
+        undefined["ci"] = why
     elif np.all(d == d[0]):
         out["ci"] = [float(d[0])] * 2   # every resample has the same mean: the interval is a point
     else:
-        res = stats.bootstrap((lc, lp), lambda a, b: np.mean(a) - np.mean(b), paired=True,
-                              vectorized=False, n_resamples=n_bootstrap, confidence_level=level,
-                              method="percentile", rng=np.random.default_rng(seed))
-        out["ci"] = [float(res.confidence_interval.low), float(res.confidence_interval.high)]
+        low, high = bootstrap_ci((lc, lp), lambda a, b: np.mean(a) - np.mean(b), n_bootstrap, level, seed)
+        out["ci"] = [float(low), float(high)]
     if np.all(d == 0):
         why = "every paired difference is 0 (child and parent state the same P on every question)"
         out["t"] = out["p_t"] = _nan_test(("t", "p_t"), why, undefined)
@@ -123,12 +121,6 @@ def brier_effect(y: Any, p_child: Any, p_parent: Any, n_bootstrap: int = 1000, l
     return out
 
 
-def _slope(prior: np.ndarray, posterior: np.ndarray) -> float:
-    if np.ptp(prior) == 0:
-        return np.nan
-    return float(stats.linregress(prior - 0.5, posterior - prior).slope)
-
-
 def ms_effect(prior_c: Any, post_c: Any, prior_p: Any, post_p: Any, n_bootstrap: int = 1000,
               level: float = 0.95, seed: int = 0) -> dict[str, Any]:
     """ΔMS = MS(child) − MS(parent) on the same questions: paired bootstrap CI and paired
@@ -144,20 +136,19 @@ def ms_effect(prior_c: Any, post_c: Any, prior_p: Any, post_p: Any, n_bootstrap:
     for v, who in ((a[0], "child"), (a[2], "parent")):
         if np.ptp(v) == 0:
             raise MetricError(f"ms_effect: constant {who} prior (σ_prior = 0): MS is undefined")
-    ms_c, ms_p = _slope(a[0], a[1]), _slope(a[2], a[3])
+    ms_c, ms_p = ms_slope(a[0], a[1]), ms_slope(a[2], a[3])
     undefined: dict[str, str] = {}
     out: dict[str, Any] = {"n": n, "child": ms_c, "parent": ms_p, "delta": ms_c - ms_p}
     same = all(np.array_equal(a[i], a[i + 2]) for i in (0, 1))
-    if n < MIN_CI_PAIRS:
+    if (why := too_few_for_ci(n, "paired questions")):
         out["ci"] = [float("nan")] * 2
-        undefined["ci"] = f"{n} paired questions < {MIN_CI_PAIRS}: too few for a bootstrap interval"
+        undefined["ci"] = why
     elif same:
         out["ci"] = [0.0, 0.0]
     else:
-        res = stats.bootstrap(tuple(a), lambda w, x, y, z: _slope(w, x) - _slope(y, z), paired=True,
-                              vectorized=False, n_resamples=n_bootstrap, confidence_level=level,
-                              method="percentile", rng=np.random.default_rng(seed))
-        out["ci"] = [float(res.confidence_interval.low), float(res.confidence_interval.high)]
+        low, high = bootstrap_ci(tuple(a), lambda w, x, y, z: ms_slope(w, x) - ms_slope(y, z),
+                                 n_bootstrap, level, seed)
+        out["ci"] = [float(low), float(high)]
         if any(math.isnan(v) for v in out["ci"]):
             undefined["ci"] = "bootstrap interval undefined (a resample had a constant prior)"
     if same:
@@ -167,7 +158,7 @@ def ms_effect(prior_c: Any, post_c: Any, prior_p: Any, post_p: Any, n_bootstrap:
         post = np.concatenate([a[1], a[3]])
 
         def stat(i, j):
-            return _slope(prior[i], post[i]) - _slope(prior[j], post[j])
+            return ms_slope(prior[i], post[i]) - ms_slope(prior[j], post[j])
 
         res = stats.permutation_test((np.arange(n), np.arange(n) + n), stat, permutation_type="samples",
                                      vectorized=False, n_resamples=n_bootstrap, alternative="two-sided",
@@ -209,16 +200,16 @@ def paired_effect(child: list[dict[str, Any]], parent: list[dict[str, Any]], n_b
     c_rows, p_rows = pair_records(child, parent)
     out: dict[str, Any] = {"n_child": len(child), "n_parent": len(parent), "n_paired": len(c_rows)}
     undefined: dict[str, str] = {}
-    y = _arr([r["y"] for r in c_rows])
-    sc, sp = _arr([r["stated"] for r in c_rows]), _arr([r["stated"] for r in p_rows])
+    y = nan_array([r["y"] for r in c_rows])
+    sc, sp = nan_array([r["stated"] for r in c_rows]), nan_array([r["stated"] for r in p_rows])
     ok = ~np.isnan(sc) & ~np.isnan(sp)
     try:
         out["brier"] = brier_effect(y[ok], sc[ok], sp[ok], n_bootstrap, level, seed)
     except MetricError as e:
         out["brier"] = undefined_block(BRIER_KEYS, int(ok.sum()), str(e))
         undefined["brier"] = str(e)
-    prc, poc = _arr([r["prior"] for r in c_rows]), _arr([r["posterior"] for r in c_rows])
-    prp, pop = _arr([r["prior"] for r in p_rows]), _arr([r["posterior"] for r in p_rows])
+    prc, poc = nan_array([r["prior"] for r in c_rows]), nan_array([r["posterior"] for r in c_rows])
+    prp, pop = nan_array([r["prior"] for r in p_rows]), nan_array([r["posterior"] for r in p_rows])
     okm = ~np.isnan(prc) & ~np.isnan(poc) & ~np.isnan(prp) & ~np.isnan(pop)
     try:
         out["ms"] = ms_effect(prc[okm], poc[okm], prp[okm], pop[okm], n_bootstrap, level, seed)
@@ -235,7 +226,7 @@ def _count(flags: list[bool | None]) -> str | None:
 
 
 def _spread(values: list[float | None]) -> dict[str, Any]:
-    arr = np.array([np.nan if v is None else v for v in values], dtype=float)
+    arr = nan_array(values)
     ok = arr[~np.isnan(arr)]
     return {"mean": float(ok.mean()) if len(ok) else float("nan"),
             "sd": float(np.std(ok, ddof=1)) if len(ok) > 1 else float("nan"),

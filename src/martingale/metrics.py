@@ -7,28 +7,22 @@ Bad input is never turned into a silent number. The pure functions take clean ar
 values already dropped) and raise :class:`MetricError` — naming the metric and the reason — when a
 metric is undefined on them: too few values, NaN, probabilities outside [0, 1], labels other than
 0/1, one class only where the metric needs both, a constant prior under a slope. ``stage_metrics``
-drops unparsed values, calls them, and where one is undefined writes NaN (null in JSON) under the
-key and the reason under ``undefined[key]``.
+runs the table ``STAGE_METRICS`` over a stage's columns (unparsed values dropped) and where a
+metric is undefined writes NaN (null in JSON) under its keys and the reason under ``undefined[key]``.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 from scipy import stats
 
+from .deattenuation import DEATT_KEYS, deattenuate
+from .stats import MetricError, bootstrap_ci, ms_regression, ms_slope, nan_array, nan_matrix, too_few_for_ci
 
-MIN_CI_PAIRS = 10     # fewer questions than this: no bootstrap interval (NaN, with the reason)
 N_BINS = 10           # equal-width probability bins of the reliability diagram, ECE and Murphy
 INERTIA_EPS = 0.02    # |Δ| at or below this counts as "did not move" (the reward's info_eps)
-
-
-class MetricError(ValueError):
-    """A metric is undefined on this input; the message names the metric and says why."""
-
-
-def _arr(x: Sequence[float | None]) -> np.ndarray:
-    return np.array([np.nan if v is None else float(v) for v in x], dtype=float)
 
 
 # ------------------------------------------------------------------------------- input checks
@@ -183,11 +177,10 @@ def brier_ci(p: Any, y: Any, n_resamples: int, level: float, seed: int) -> tuple
     """Percentile bootstrap CI of Brier, resampling questions. Fewer than MIN_CI_PAIRS questions
     give (nan, nan): too few questions for an interval."""
     se = squared_errors(p, y)
-    if len(se) < MIN_CI_PAIRS:
+    if too_few_for_ci(len(se)):
         return float("nan"), float("nan")
-    res = stats.bootstrap((se,), np.mean, n_resamples=n_resamples, confidence_level=level,
-                          method="percentile", rng=np.random.default_rng(seed))
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+    low, high = bootstrap_ci((se,), np.mean, n_resamples, level, seed, paired=False, vectorized=None)
+    return float(low), float(high)
 
 
 # ------------------------------------------------------------------------------- belief dynamics
@@ -201,7 +194,7 @@ def martingale_fit(prior: Any, posterior: Any) -> dict[str, float]:
     """
     prior, posterior = _pair("martingale_fit", prior, posterior)
     delta = posterior - prior
-    fit = stats.linregress(prior - 0.5, delta)
+    fit = ms_regression(prior, posterior)
     sd_post = float(np.std(posterior))
     rho = float(stats.pearsonr(prior, posterior).statistic) if sd_post > 0 else float("nan")
     return {
@@ -227,12 +220,6 @@ def inertia(prior: Any, posterior: Any, eps: float = INERTIA_EPS) -> float:
     return float(np.mean(np.abs(posterior - prior) <= eps + 1e-12))   # 1e-12: float rounding of p ± eps
 
 
-def _slope_or_nan(prior: np.ndarray, posterior: np.ndarray) -> float:
-    if np.ptp(prior) == 0:
-        return np.nan
-    return stats.linregress(prior - 0.5, posterior - prior).slope
-
-
 def ms_ci(prior: Any, posterior: Any, n_resamples: int, level: float,
           seed: int) -> tuple[float, float]:
     """Percentile bootstrap CI of MS, resampling questions (prior, posterior pairs) jointly.
@@ -240,12 +227,10 @@ def ms_ci(prior: Any, posterior: Any, n_resamples: int, level: float,
     Fewer than MIN_CI_PAIRS pairs give (nan, nan): too few questions for an interval.
     """
     prior, posterior = np.asarray(prior, dtype=float), np.asarray(posterior, dtype=float)
-    if len(prior) < MIN_CI_PAIRS:
+    if too_few_for_ci(len(prior)):
         return float("nan"), float("nan")
-    res = stats.bootstrap((prior, posterior), _slope_or_nan, paired=True, vectorized=False,
-                          n_resamples=n_resamples, confidence_level=level, method="percentile",
-                          rng=np.random.default_rng(seed))
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+    low, high = bootstrap_ci((prior, posterior), ms_slope, n_resamples, level, seed)
+    return float(low), float(high)
 
 
 # ------------------------------------------------------------------------------- coherence
@@ -268,113 +253,276 @@ def negation_coherence(p: Any, p_neg: Any) -> float:
 
 
 # ------------------------------------------------------------------------------- a stage's block
+@dataclass(frozen=True)
+class StageColumns:
+    """One stage's per-question columns (NaN = unparsed) and bootstrap settings: what each metric
+    of ``STAGE_METRICS`` reads."""
+    y: np.ndarray
+    stated: np.ndarray
+    prior: np.ndarray
+    post: np.ndarray
+    trace_cut: np.ndarray
+    trace_last: np.ndarray
+    bayes: np.ndarray
+    neg: np.ndarray | None      # stated P(not A), when the eval asked negations (eval.negations)
+    draws: np.ndarray | None    # questions × K re-draws of the prior, in snap mode (eval.prior_draws > 0)
+    n_bootstrap: int
+    level: float
+    seed: int
+
+    @classmethod
+    def from_records(cls, records: list[dict[str, Any]], n_bootstrap: int, level: float,
+                     seed: int) -> StageColumns:
+        """The columns of a stage's eval records (unparsed None → NaN, ragged snap draws padded)."""
+        cols = [nan_array([r[k] for r in records])
+                for k in ("y", "stated", "prior", "posterior", "trace_cut", "trace_last", "bayes_end")]
+        neg = nan_array([r.get("stated_neg") for r in records]) if any("stated_neg" in r for r in records) else None
+        draws = (nan_matrix([r.get("snap_draws") for r in records])
+                 if any(r.get("snap_draws") for r in records) else None)
+        return cls(*cols, neg, draws, n_bootstrap, level, seed)
+
+    @property
+    def ok(self) -> np.ndarray:
+        """Questions with a parsed stated P."""
+        return ~np.isnan(self.stated)
+
+    @property
+    def pair(self) -> np.ndarray:
+        """Questions with a parsed prior and posterior."""
+        return ~np.isnan(self.prior) & ~np.isnan(self.post)
+
+    @property
+    def trace_pair(self) -> np.ndarray:
+        """Questions whose trace gives a belief at the cut and a last belief."""
+        return ~np.isnan(self.trace_cut) & ~np.isnan(self.trace_last)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One entry of the stage table: the keys it writes and the function computing them (a value,
+    or a dict of the keys; MetricError when undefined). ``applies``: whether the stage has its data."""
+    keys: tuple[str, ...]
+    fn: Callable[[StageColumns], Any]
+    applies: Callable[[StageColumns], bool] = lambda s: True
+
+
+def _share(mask: np.ndarray) -> float:
+    return float(mask.mean()) if len(mask) else float("nan")
+
+
+def _n(s: StageColumns) -> int:
+    """n = questions in the stage."""
+    return len(s.y)
+
+
+def _n_stated(s: StageColumns) -> int:
+    """n_stated = questions with a parsed stated P."""
+    return int(s.ok.sum())
+
+
+def _n_pairs(s: StageColumns) -> int:
+    """n_pairs = questions with a parsed prior and posterior."""
+    return int(s.pair.sum())
+
+
+def _parse_rate(s: StageColumns) -> float:
+    """parse_rate = n_stated / n."""
+    return _share(s.ok)
+
+
+def _prior_parse_rate(s: StageColumns) -> float:
+    """prior_parse_rate = (questions with a parsed prior) / n."""
+    return _share(~np.isnan(s.prior))
+
+
+def _posterior_parse_rate(s: StageColumns) -> float:
+    """posterior_parse_rate = (questions with a parsed posterior) / n."""
+    return _share(~np.isnan(s.post))
+
+
+def _brier_constant(s: StageColumns) -> float:
+    """Brier of the base-rate constant, ȳ(1 − ȳ), over every question."""
+    return constant_brier(s.y)
+
+
+def _brier_oracle(s: StageColumns) -> float:
+    """Brier of the exact Bayes belief at the end: mean (y − bayes_end)²."""
+    has = ~np.isnan(s.bayes)
+    return brier(s.bayes[has], s.y[has])
+
+
+def _brier(s: StageColumns) -> float:
+    """Brier = mean (y − stated P)² over questions with a parsed stated P."""
+    return brier(s.stated[s.ok], s.y[s.ok])
+
+
+def _bss(s: StageColumns) -> float:
+    """BSS = 1 − Brier / ȳ(1 − ȳ), over questions with a parsed stated P."""
+    return brier_skill(s.stated[s.ok], s.y[s.ok])
+
+
+def _mean_p(s: StageColumns) -> float:
+    """meanP = mean stated P."""
+    return mean_p(s.stated[s.ok])
+
+
+def _extremes(s: StageColumns) -> dict[str, float]:
+    """Shares of stated P ≤ .05, ≥ .95, either, and > .8."""
+    return extremes(s.stated[s.ok])
+
+
+def _ece(s: StageColumns) -> float:
+    """ECE = Σ_k (n_k / n)·|ȳ_k − p̄_k| of the stated P."""
+    return ece(s.stated[s.ok], s.y[s.ok])
+
+
+def _murphy(s: StageColumns) -> dict[str, float]:
+    """Brier = REL − RES + UNC + WBV − WBC of the stated P."""
+    return murphy_decomposition(s.stated[s.ok], s.y[s.ok])
+
+
 def _ci_note(ci: tuple[float, float], n: int) -> str | None:
-    if n < MIN_CI_PAIRS:
-        return f"{n} questions < {MIN_CI_PAIRS}: too few for a bootstrap interval"
+    """Why an interval on n questions is NaN (too few, or degenerate resamples), else None."""
+    if (why := too_few_for_ci(n)):
+        return why
     if any(np.isnan(ci)):
         return "bootstrap interval undefined (degenerate resamples)"
     return None
+
+
+def _brier_ci(s: StageColumns) -> list[float]:
+    """Percentile bootstrap CI of Brier over questions with a parsed stated P."""
+    ps, ys = s.stated[s.ok], s.y[s.ok]
+    ci = brier_ci(ps, ys, s.n_bootstrap, s.level, s.seed)
+    if (why := _ci_note(ci, len(ps))):
+        raise MetricError(f"brier_ci: {why}")
+    return list(ci)
+
+
+def _coherence(s: StageColumns) -> float:
+    """Trace coherence = mean |stated P − trace_last|."""
+    both = s.ok & ~np.isnan(s.trace_last)
+    return trace_coherence(s.stated[both], s.trace_last[both])
+
+
+def _fit(s: StageColumns) -> dict[str, Any]:
+    """MS = OLS slope of Δ = posterior − prior on (prior − ½), with linR², ρ, σ_post/σ_prior and
+    mean |Δ|; ρ is undefined (NaN, with the reason) for a constant posterior."""
+    fit: dict[str, Any] = martingale_fit(s.prior[s.pair], s.post[s.pair])
+    if np.isnan(fit["rho"]):
+        fit["undefined"] = {"rho": "martingale_fit: constant posterior (σ_post = 0): ρ is undefined"}
+    return fit
+
+
+def _inertia(s: StageColumns) -> float:
+    """Inertia = share of questions with |posterior − prior| ≤ INERTIA_EPS."""
+    return inertia(s.prior[s.pair], s.post[s.pair])
+
+
+def _ms_interval(name: str, prior: np.ndarray, posterior: np.ndarray, s: StageColumns) -> list[float]:
+    _pair(name, prior, posterior)
+    ci = ms_ci(prior, posterior, s.n_bootstrap, s.level, s.seed)
+    if (why := _ci_note(ci, len(prior))):
+        raise MetricError(f"{name}: {why}")
+    return list(ci)
+
+
+def _ms_ci(s: StageColumns) -> list[float]:
+    """Paired percentile bootstrap CI of MS over (prior, posterior) pairs."""
+    return _ms_interval("ms_ci", s.prior[s.pair], s.post[s.pair], s)
+
+
+def _ms_trace(s: StageColumns) -> float:
+    """MS of the trace: OLS slope of (trace_last − trace_cut) on (trace_cut − ½)."""
+    return martingale_fit(s.trace_cut[s.trace_pair], s.trace_last[s.trace_pair])["ms"]
+
+
+def _ms_trace_ci(s: StageColumns) -> list[float]:
+    """Paired percentile bootstrap CI of the trace's MS."""
+    return _ms_interval("ms_trace_ci", s.trace_cut[s.trace_pair], s.trace_last[s.trace_pair], s)
+
+
+def _negation_pairs(s: StageColumns) -> np.ndarray:
+    return s.ok & ~np.isnan(s.neg)
+
+
+def _n_negation_pairs(s: StageColumns) -> int:
+    """n_negation_pairs = questions with a parsed P(A) and P(¬A)."""
+    return int(_negation_pairs(s).sum())
+
+
+def _negation_coherence(s: StageColumns) -> float:
+    """Negation coherence = mean |P(A) + P(¬A) − 1|."""
+    both = _negation_pairs(s)
+    return negation_coherence(s.stated[both], s.neg[both])
+
+
+def _deattenuated(s: StageColumns) -> dict[str, Any]:
+    """De-attenuated MS from the snap prior re-draws: MS_adj = β_obs / reliability − 1 and
+    MS_iv = Cov(z, posterior) / Cov(z, prior) − 1 (see ``deattenuation``)."""
+    return deattenuate(s.prior, s.post, s.draws, s.n_bootstrap, s.level, s.seed)
+
+
+def _has_negations(s: StageColumns) -> bool:
+    return s.neg is not None
+
+
+def _has_draws(s: StageColumns) -> bool:
+    return s.draws is not None
+
+
+MS_FIT_KEYS = ("ms", "ms_intercept", "lin_r2", "rho", "sigma_ratio", "mean_abs_delta")
+MURPHY_KEYS = ("brier_reliability", "brier_resolution", "brier_uncertainty", "brier_wbv", "brier_wbc")
+EXTREME_KEYS = ("share_le_0.05", "share_ge_0.95", "share_extreme", "share_gt_0.8")
+
+# The eval.json block of a stage, in this order.
+STAGE_METRICS: tuple[Metric, ...] = (
+    Metric(("n",), _n), Metric(("n_stated",), _n_stated), Metric(("n_pairs",), _n_pairs),
+    Metric(("parse_rate",), _parse_rate), Metric(("prior_parse_rate",), _prior_parse_rate),
+    Metric(("posterior_parse_rate",), _posterior_parse_rate),
+    Metric(("brier_constant",), _brier_constant), Metric(("brier_oracle",), _brier_oracle),
+    Metric(("brier",), _brier), Metric(("bss",), _bss), Metric(("mean_p",), _mean_p),
+    Metric(EXTREME_KEYS, _extremes), Metric(("ece",), _ece), Metric(MURPHY_KEYS, _murphy),
+    Metric(("brier_ci",), _brier_ci), Metric(("coherence",), _coherence),
+    Metric(MS_FIT_KEYS, _fit), Metric(("inertia",), _inertia), Metric(("ms_ci",), _ms_ci),
+    Metric(("ms_trace",), _ms_trace), Metric(("ms_trace_ci",), _ms_trace_ci),
+    Metric(("n_negation_pairs",), _n_negation_pairs, _has_negations),
+    Metric(("negation_coherence",), _negation_coherence, _has_negations),
+    Metric(DEATT_KEYS, _deattenuated, _has_draws),
+)
+
+
+def _put(metric: Metric, s: StageColumns, out: dict[str, Any], undefined: dict[str, str]) -> None:
+    """Store the metric's value (a dict is merged, its ``undefined`` too) or, where it is undefined,
+    NaN under each of its keys ([NaN, NaN] for an interval) with the reason."""
+    try:
+        value = metric.fn(s)
+    except MetricError as e:
+        for k in metric.keys:
+            out[k] = [float("nan")] * 2 if k.endswith("_ci") else float("nan")
+            undefined[k] = str(e)
+        return
+    if isinstance(value, dict):
+        undefined.update(value.pop("undefined", {}))
+        out.update(value)
+    else:
+        out[metric.keys[0]] = value
 
 
 def stage_metrics(records: list[dict[str, Any]], n_bootstrap: int = 1000, level: float = 0.95,
                   seed: int = 0) -> dict[str, Any]:
     """The eval.json block for one stage and seed, from its per-question records.
 
-    Every metric of the set is present; one that is undefined on this stage's data is NaN (null
-    in JSON) with its reason under ``undefined``. Records with ``snap_draws`` (eval.prior_draws > 0,
-    snap mode) add the de-attenuated MS; records with ``stated_neg`` (eval.negations) add the
-    negation coherence.
+    Every metric of ``STAGE_METRICS`` that applies is present; one that is undefined on this
+    stage's data is NaN (null in JSON) with its reason under ``undefined``. Records with
+    ``snap_draws`` (eval.prior_draws > 0, snap mode) add the de-attenuated MS; records with
+    ``stated_neg`` (eval.negations) add the negation coherence.
     """
-    y = _arr([r["y"] for r in records])
-    stated = _arr([r["stated"] for r in records])
-    prior = _arr([r["prior"] for r in records])
-    post = _arr([r["posterior"] for r in records])
-    t_cut = _arr([r["trace_cut"] for r in records])
-    t_last = _arr([r["trace_last"] for r in records])
-    bayes = _arr([r["bayes_end"] for r in records])
-    n = len(records)
-    ok = ~np.isnan(stated)
-    pair = ~np.isnan(prior) & ~np.isnan(post)
-    tpair = ~np.isnan(t_cut) & ~np.isnan(t_last)
-    coh = ok & ~np.isnan(t_last)
-    out: dict[str, Any] = {
-        "n": n,
-        "n_stated": int(ok.sum()),
-        "n_pairs": int(pair.sum()),
-        "parse_rate": float(ok.mean()) if n else float("nan"),
-        "prior_parse_rate": float((~np.isnan(prior)).mean()) if n else float("nan"),
-        "posterior_parse_rate": float((~np.isnan(post)).mean()) if n else float("nan"),
-    }
+    s = StageColumns.from_records(records, n_bootstrap, level, seed)
+    out: dict[str, Any] = {}
     undefined: dict[str, str] = {}
-
-    def put(keys: tuple[str, ...], fn: Callable[[], Any]) -> None:
-        """Store fn()'s value (a dict is merged) or NaN for every key with the reason."""
-        try:
-            value = fn()
-        except MetricError as e:
-            for k in keys:
-                out[k] = [float("nan")] * 2 if k.endswith("_ci") else float("nan")
-                undefined[k] = str(e)
-            return
-        if isinstance(value, dict):
-            undefined.update(value.pop("undefined", {}))
-            out.update(value)
-        else:
-            out[keys[0]] = value
-
-    yy, bb = y[~np.isnan(bayes)], bayes[~np.isnan(bayes)]
-    put(("brier_constant",), lambda: constant_brier(y))
-    put(("brier_oracle",), lambda: brier(bb, yy))
-    ps, ys = stated[ok], y[ok]
-    put(("brier",), lambda: brier(ps, ys))
-    put(("bss",), lambda: brier_skill(ps, ys))
-    put(("mean_p",), lambda: mean_p(ps))
-    put(("share_le_0.05", "share_ge_0.95", "share_extreme", "share_gt_0.8"), lambda: extremes(ps))
-    put(("ece",), lambda: ece(ps, ys))
-    put(("brier_reliability", "brier_resolution", "brier_uncertainty", "brier_wbv", "brier_wbc"),
-        lambda: murphy_decomposition(ps, ys))
-
-    def _brier_ci():
-        ci = brier_ci(ps, ys, n_bootstrap, level, seed)
-        if (why := _ci_note(ci, len(ps))):
-            raise MetricError(f"brier_ci: {why}")
-        return list(ci)
-    put(("brier_ci",), _brier_ci)
-
-    put(("coherence",), lambda: trace_coherence(stated[coh], t_last[coh]))
-
-    fit_keys = ("ms", "ms_intercept", "lin_r2", "rho", "sigma_ratio", "mean_abs_delta")
-    pp, qq = prior[pair], post[pair]
-    put(fit_keys, lambda: martingale_fit(pp, qq))
-    if "ms" not in undefined and np.isnan(out["rho"]):
-        undefined["rho"] = "martingale_fit: constant posterior (σ_post = 0): ρ is undefined"
-    put(("inertia",), lambda: inertia(pp, qq))
-
-    def _ms_ci(a, b, name):
-        def fn():
-            _pair(name, a, b)
-            ci = ms_ci(a, b, n_bootstrap, level, seed)
-            if (why := _ci_note(ci, len(a))):
-                raise MetricError(f"{name}: {why}")
-            return list(ci)
-        return fn
-    put(("ms_ci",), _ms_ci(pp, qq, "ms_ci"))
-
-    tc, tl = t_cut[tpair], t_last[tpair]
-    put(("ms_trace",), lambda: martingale_fit(tc, tl)["ms"])
-    put(("ms_trace_ci",), _ms_ci(tc, tl, "ms_trace_ci"))
-
-    if any("stated_neg" in r for r in records):
-        neg = _arr([r.get("stated_neg") for r in records])
-        both = ok & ~np.isnan(neg)
-        out["n_negation_pairs"] = int(both.sum())
-        put(("negation_coherence",), lambda: negation_coherence(stated[both], neg[both]))
-
-    if any(r.get("snap_draws") for r in records):
-        from .deattenuation import DEATT_KEYS, deattenuate
-        k = max(len(r.get("snap_draws") or []) for r in records)
-        draws = np.array([[np.nan if v is None else float(v) for v in (r.get("snap_draws") or [])]
-                          + [np.nan] * (k - len(r.get("snap_draws") or [])) for r in records], dtype=float)
-        put(DEATT_KEYS, lambda: deattenuate(prior, post, draws, n_bootstrap, level, seed))
+    for metric in STAGE_METRICS:
+        if metric.applies(s):
+            _put(metric, s, out, undefined)
     out["undefined"] = undefined
     return out

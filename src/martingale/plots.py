@@ -27,7 +27,8 @@ from matplotlib.ticker import MaxNLocator
 from scipy import stats
 
 from .io import write_bytes
-from .metrics import N_BINS, _arr, calibration_bins
+from .metrics import N_BINS, calibration_bins
+from .stats import nan_array as _arr
 
 PLOTS = ("prior_posterior", "delta_vs_prior", "reliability", "brier_ms_by_stage", "effect_forest")
 DPI = 100

@@ -1,0 +1,64 @@
+"""The statistics core shared by metrics, effects and de-attenuation: the MS slope, the percentile
+bootstrap, the too-few-for-an-interval guard and None → NaN. Imports nothing from the package, so
+every statistics module can import it without a cycle.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from scipy import stats
+
+MIN_CI_PAIRS = 10     # fewer questions than this: no bootstrap interval (NaN, with the reason)
+
+
+class MetricError(ValueError):
+    """A metric is undefined on this input; the message names the metric and says why."""
+
+
+# ------------------------------------------------------------------------------- None → NaN
+def nan_array(values: Sequence[Any]) -> np.ndarray:
+    """values as a 1-D float array, None (unparsed) as NaN."""
+    return np.array([np.nan if v is None else float(v) for v in values], dtype=float)
+
+
+def nan_matrix(rows: Sequence[Sequence[Any] | None]) -> np.ndarray:
+    """Ragged rows (None = no row) as a rows × longest float array, None and missing cells NaN."""
+    k = max((len(r or []) for r in rows), default=0)
+    return np.array([[*nan_array(r or []), *[np.nan] * (k - len(r or []))] for r in rows], dtype=float)
+
+
+# ------------------------------------------------------------------------------- the MS slope
+def ols(x: np.ndarray, y: np.ndarray) -> Any:
+    """The OLS fit of y on x (``scipy.stats.linregress``: slope, intercept, rvalue, …)."""
+    return stats.linregress(x, y)
+
+
+def ms_regression(prior: np.ndarray, posterior: np.ndarray) -> Any:
+    """The MS regression: OLS of Δ = posterior − prior on (prior − ½); MS is its slope."""
+    return ols(prior - 0.5, posterior - prior)
+
+
+def ms_slope(prior: np.ndarray, posterior: np.ndarray) -> float:
+    """MS = OLS slope of Δ = posterior − prior on (prior − ½); NaN for a constant prior (a bootstrap
+    resample may draw one)."""
+    if np.ptp(prior) == 0:
+        return np.nan
+    return float(ms_regression(prior, posterior).slope)
+
+
+# ------------------------------------------------------------------------------- the bootstrap
+def too_few_for_ci(n: int, unit: str = "questions") -> str | None:
+    """The reason there is no bootstrap interval on n questions (n < MIN_CI_PAIRS), else None."""
+    if n < MIN_CI_PAIRS:
+        return f"{n} {unit} < {MIN_CI_PAIRS}: too few for a bootstrap interval"
+    return None
+
+
+def bootstrap_ci(data: tuple[np.ndarray, ...], statistic: Callable[..., Any], n_resamples: int,
+                 level: float, seed: int, paired: bool = True, vectorized: bool | None = False) -> tuple[Any, Any]:
+    """Percentile bootstrap (low, high) of statistic(*data), resampling questions (jointly across
+    the arrays when paired) with ``default_rng(seed)``; arrays for a vector statistic."""
+    res = stats.bootstrap(data, statistic, paired=paired, vectorized=vectorized, n_resamples=n_resamples,
+                          confidence_level=level, method="percentile", rng=np.random.default_rng(seed))
+    return res.confidence_interval.low, res.confidence_interval.high

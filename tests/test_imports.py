@@ -1,0 +1,85 @@
+"""The package's import graph has no cycle: statistics, world, stages and table import one way.
+
+Every ``import martingale.x`` / ``from .x import`` / ``from ..x import`` anywhere in a module counts
+(a function-level import is a hidden cycle all the same), except under ``if TYPE_CHECKING:``.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import martingale
+
+ROOT = Path(martingale.__file__).parent
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    """Dotted module name → (file, is a package) for every module of the package."""
+    out = {}
+    for path in ROOT.rglob("*.py"):
+        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+        is_pkg = parts[-1] == "__init__"
+        out[".".join(parts[:-1] if is_pkg else parts)] = (path, is_pkg)
+    return out
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    return skip
+
+
+def _imports(name: str, mods: dict[str, tuple[Path, bool]]) -> set[str]:
+    """The package's modules that ``name`` imports (its own ancestor packages excepted: they are
+    initialised before it, so importing from them is no cycle)."""
+    path, is_pkg = mods[name]
+    tree = ast.parse(path.read_text())
+    skip = _type_checking_nodes(tree)
+    pkg = name.split(".") if is_pkg else name.split(".")[:-1]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.ImportFrom):
+            base = pkg[:len(pkg) - node.level + 1] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else []))
+            found |= {target} | {f"{target}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+    ancestors = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
+    return {m for m in found if m in mods} - ancestors - {name}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of the graph as a path that returns to its start, or None."""
+    state: dict[str, int] = {}        # 1 on the current path, 2 done
+
+    def visit(u: str, path: list[str]) -> list[str] | None:
+        state[u] = 1
+        for v in sorted(graph[u]):
+            if state.get(v) == 1:
+                return path[path.index(v):] + [u, v] if v in path else [u, v]
+            if not state.get(v) and (found := visit(v, path + [u])):
+                return found
+        state[u] = 2
+        return None
+
+    for m in sorted(graph):
+        if not state.get(m) and (found := visit(m, [])):
+            return found
+    return None
+
+
+def test_the_package_has_no_import_cycle():
+    mods = _modules()
+    graph = {m: _imports(m, mods) for m in mods}
+    assert graph["martingale.metrics"] >= {"martingale.stats", "martingale.deattenuation"}   # the walk sees edges
+    assert _cycle(graph) is None, " → ".join(_cycle(graph))
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
