@@ -1,13 +1,18 @@
 """Planning and table timings against their goals. Not a test: `python bench/plan_bench.py`.
 
-1. plan the campaign (conf/runs, 15 runs)            goal ≤ 2 s
+1. plan the campaign (conf/runs)                     goal ≤ 2 s
 2. plan 1,000 generated runs (random one-knob tree)  goal ≤ 10 s
 3. `martingale table` over those 1,000 runs          goal ≤ 1 s
+4. `snakemake -n all` over those 1,000 runs, and the part of it that is our plan (parse + plan)
 Each timing is a fresh process (imports included), as a user would see it.
+
+`--against DIR` times another checkout (e.g. a git worktree of an earlier commit) the same way,
+interleaved with this one, and prints the ratios side by side: this / other.
 """
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import subprocess
@@ -19,10 +24,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def generate(root: Path, n: int, seed: int = 0) -> None:
-    """conf/ (groups from the repo) + a random tree of n runs, each one valid, non-no-op knob."""
+def generate(root: Path, n: int, seed: int = 0, repo: Path = REPO) -> None:
+    """conf/ (groups from the repo) + a random tree of n runs, each one valid, non-no-op knob; the
+    Snakefile and workflow/ beside them, so `snakemake -n all` plans them."""
     rng = random.Random(seed)
-    shutil.copytree(REPO / "conf", root / "conf", ignore=shutil.ignore_patterns("runs"))
+    shutil.copytree(repo / "conf", root / "conf", ignore=shutil.ignore_patterns("runs"))
+    shutil.copytree(repo / "workflow", root / "workflow")
+    shutil.copy(repo / "Snakefile", root / "Snakefile")
     runs = root / "conf" / "runs"
     runs.mkdir()
     (runs / "base.yaml").write_text("parent: null\nknob: null\nquestion: root\n")
@@ -61,36 +69,56 @@ def generate(root: Path, n: int, seed: int = 0) -> None:
         (out / "eval.json").write_text(json.dumps({"stages": {"s0": {"brier": 0.2, "ms": 0.01, "n": 512}}}))
 
 
-def timed(code: str, cwd: Path) -> tuple[float, str]:
+def timed(argv: list[str], cwd: Path, src: Path) -> tuple[float, str]:
+    """Wall time of one fresh process with ``src`` first on the import path; its last stdout line."""
+    env = {**os.environ, "PYTHONPATH": str(src)}
     t = time.perf_counter()
-    res = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True)
+    res = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, env=env)
     if res.returncode:
-        raise SystemExit(res.stderr)
-    return time.perf_counter() - t, res.stdout.strip()
+        raise SystemExit(res.stderr[-3000:])
+    return time.perf_counter() - t, (res.stdout.strip().splitlines() or [""])[-1]
 
 
 # Planning includes writing results/_store/index.json, as Snakemake's onstart does.
 PLAN = ("from martingale.plan import Plan; p = Plan.load('.'); r = p.active_run_ids(); p.write_index(); "
         "print(f'{len(r)} runs, {len(p.stages_for(r))} distinct stages, naive {p.naive_count(r)}')")
 TABLE = "from martingale.table import write_table; print(write_table('.'))"
+PY = [sys.executable, "-c"]
+DRY_RUN = [str(Path(sys.executable).with_name("snakemake")), "-n", "all", "--quiet", "all", "--cores", "1"]
+
+
+def measure(repo: Path, tmp: Path) -> list[tuple[str, float, float | None, str]]:
+    """(name, seconds, goal, info) for one checkout (its src/ imported, its conf/ generated from)."""
+    src = repo / "src"
+    rows = [("plan the campaign", *_pair(timed(PY + [PLAN], repo, src), 2.0))]
+    root = tmp / repo.name / "gen"
+    generate(root, 1000, repo=repo)
+    rows.append(("plan 1,000 generated runs", *_pair(timed(PY + [PLAN], root, src), 10.0)))
+    rows.append(("martingale table, 1,000 runs", *_pair(timed(PY + [TABLE], root, src), 1.0)))
+    dt, _ = timed(PY + [TABLE], root, src)
+    rows.append(("martingale table again (no change)", dt, 1.0, "byte-identical, not rewritten"))
+    dt, _ = timed(DRY_RUN, root, src)
+    rows.append(("snakemake -n all, 1,000 runs", dt, None,
+                 f"of which our plan {rows[1][1]:.2f} s, Snakemake's parse + DAG the rest"))
+    return rows
+
+
+def _pair(timing: tuple[float, str], goal: float) -> tuple[float, float, str]:
+    return timing[0], goal, timing[1]
 
 
 def main() -> None:
-    rows = []
-    dt, info = timed(PLAN, REPO)
-    rows.append(("plan the campaign", dt, 2.0, info))
+    args = sys.argv[1:]
+    other = Path(args[args.index("--against") + 1]).resolve() if "--against" in args else None
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        generate(root, 1000)
-        dt, info = timed(PLAN, root)
-        rows.append(("plan 1,000 generated runs", dt, 10.0, info))
-        dt, info = timed(TABLE, root)
-        rows.append(("martingale table, 1,000 runs", dt, 1.0, info))
-        dt2, _ = timed(TABLE, root)
-        rows.append(("martingale table again (no change)", dt2, 1.0, "byte-identical, not rewritten"))
-    for name, dt, goal, info in rows:
-        mark = "ok " if dt <= goal else "SLOW"
-        print(f"{mark} {name:38s} {dt:6.2f} s  (goal ≤ {goal:g} s)  {info}")
+        mine = measure(REPO, Path(tmp))
+        theirs = measure(other, Path(tmp)) if other else None
+    for i, (name, dt, goal, info) in enumerate(mine):
+        mark = "   " if goal is None else "ok " if dt <= goal else "SLOW"
+        line = f"{mark} {name:38s} {dt:6.2f} s" + (f"  (goal ≤ {goal:g} s)" if goal else " " * 16)
+        if theirs:
+            line += f"  other {theirs[i][1]:6.2f} s  ratio {dt / theirs[i][1]:5.2f}"
+        print(f"{line}  {info}")
 
 
 if __name__ == "__main__":

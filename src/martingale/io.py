@@ -106,15 +106,27 @@ def read_optional(path: Path | str) -> Any:
         return None
 
 
+def read_optional_yaml(path: Path | str) -> Any:
+    """A YAML file's content, or None when it is missing or not valid YAML."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return yaml.safe_load(f)
+    except (OSError, ValueError, yaml.YAMLError):
+        return None
+
+
 @contextlib.contextmanager
 def atomic_dir(path: Path | str) -> Iterator[Path]:
-    """Yield a temp folder beside ``path``; on success it replaces ``path`` in one rename."""
+    """Yield a temp folder beside ``path``; on success its manifest (the sha256 of every file,
+    martingale.manifest) is written last and the folder replaces ``path`` in one rename."""
+    from .manifest import write as write_manifest
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     os.chmod(tmp, 0o777 & ~_umask())   # a normal folder mode (mkdtemp gives 0700)
     try:
         yield tmp
+        write_manifest(tmp)
         if path.exists():
             shutil.rmtree(path)
         os.replace(tmp, path)

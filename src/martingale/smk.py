@@ -51,20 +51,24 @@ def run_logged(snakemake: Any, body: Callable[[], Any]) -> Any:
 
 
 def run_stage(snakemake: Any) -> None:
-    """The job of the generic stage rule: the kind named by the rule runs its ``run`` with the
-    stage's config slice, each upstream folder under its role, and the output folder; then the
-    finished stage is mirrored to wandb."""
+    """The job of the generic stage rule: each upstream stage folder is checked against its
+    manifest, then the kind named by the rule runs its ``run`` with the stage's config slice, each
+    upstream folder under its role, and the output folder; then the finished stage is mirrored to
+    wandb."""
+    from .manifest import require
     from .stages import kinds
     kind = kinds()[snakemake.rule]
-    inputs = {role: Path(folder) for role, folder in snakemake.input.items()}
-    kind.run(dict(snakemake.params.cfg), out_dir=Path(snakemake.output[0]), **inputs)
+    inputs = {role: Path(marker).parent for role, marker in snakemake.input.items()}
+    for folder in inputs.values():
+        require(folder)
+    kind.run(dict(snakemake.params.cfg), out_dir=Path(snakemake.output[0]).parent, **inputs)
     track_stage(snakemake)
 
 
 def track_stage(snakemake: Any) -> None:
     """Mirror the finished stage to wandb under its owner run (martingale.tracking)."""
     from .tracking import flush, mirror_stage
-    mirror_stage(Path.cwd(), snakemake.wildcards.sid, Path(snakemake.output[0]), dict(snakemake.params.cfg))
+    mirror_stage(Path.cwd(), snakemake.wildcards.sid, Path(snakemake.output[0]).parent, dict(snakemake.params.cfg))
     flush()
 
 

@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 from martingale.config.runs import RunError
+from martingale.manifest import MANIFEST
 from martingale.plan import ID_PATTERN, STORE, Plan, stage_dir
 from martingale.stages import kinds
 
@@ -27,9 +28,14 @@ def all_targets(wildcards):
     return [f"results/{run}/eval.json" for run in PLAN.active_run_ids()] + ["runs.json"]
 
 
+def stage_output(sid):
+    """A stage's completion marker: results/_store/<kind>/<id>/MANIFEST.json."""
+    return f"{stage_dir(sid)}/{MANIFEST}"
+
+
 def stage_inputs(wildcards):
-    """Upstream stage folders by role (base_model, start_model, judge_model, model)."""
-    return {role: stage_dir(uid) for role, uid in PLAN.stages[wildcards.sid].inputs.items()}
+    """Upstream stages by role (base_model, start_model, judge_model, model): their manifests."""
+    return {role: stage_output(uid) for role, uid in PLAN.stages[wildcards.sid].inputs.items()}
 
 
 def stage_cfg(wildcards):
@@ -65,8 +71,8 @@ def stage_gpu_model(wildcards):
 
 
 def run_eval_dirs(wildcards):
-    """The eval folders of one run (every stage, every seed)."""
-    return [e["dir"] for e in PLAN.evals(wildcards.run)]
+    """The evals of one run (every stage, every seed): their manifests."""
+    return [stage_output(e["eval_stage"]) for e in PLAN.evals(wildcards.run)]
 
 
 def run_parent(wildcards):
@@ -81,8 +87,8 @@ def parent_evals(wildcards):
 
 
 def parent_eval_dirs(wildcards):
-    """The parent's eval folders: the aggregate compares the run against them."""
-    return [e["dir"] for e in parent_evals(wildcards)]
+    """The parent's evals (their manifests): the aggregate compares the run against them."""
+    return [stage_output(e["eval_stage"]) for e in parent_evals(wildcards)]
 
 
 def run_config(wildcards):

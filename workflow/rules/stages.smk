@@ -1,6 +1,8 @@
 # One rule per registered stage kind (martingale.stages), all from this one definition: the kind's
-# upstream folders by role in, its content-addressed folder results/_store/<kind>/<id> out, its
-# config slice as a param (editing a knob reruns what it affects), its model's resources.
+# upstream stages by role in, its content-addressed folder results/_store/<kind>/<id> out, its
+# config slice as a param (editing a knob reruns what it affects), its model's resources. A stage's
+# output is its MANIFEST.json (sha256 of every file, written last, inside the folder's one atomic
+# rename): a folder without one is not a finished stage, for Snakemake as for us.
 
 
 for kind in STAGE_KINDS.values():
@@ -11,7 +13,7 @@ for kind in STAGE_KINDS.values():
         input:
             unpack(stage_inputs),
         output:
-            directory(f"{STORE}/{kind.name}/{{sid}}"),
+            f"{STORE}/{kind.name}/{{sid}}/{MANIFEST}",
         params:
             cfg=stage_cfg,
         log:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from .. import io
+from ..plan import config_hash
 from ..effects import EffectError, beat_counts, paired_effect, replicate_summary, undefined_effect
 
 
@@ -203,7 +204,7 @@ def write_run_results(run_id: str, resolved_cfg: dict[str, Any], lineage: list[d
         own = effects.get(stage, final if stage == stage_order[-1] else None)
         stages[stage]["counts"] = _counts(by_stage, stage, own)
     result = {
-        "run_id": run_id, "parent": parent, "knob": knob,
+        "run_id": run_id, "parent": parent, "knob": knob, "config_hash": config_hash(resolved_cfg),
         "seeds": sorted({int(e["seed"]) for e in evals}),
         "stage_order": stage_order, "stages": stages, "provenance": provenance,
         "effect": {"parent": parent, "knob": knob,

@@ -17,7 +17,7 @@ import json
 
 from ..io import write_text_if_changed
 from . import markdown, page
-from .rows import TableError, build_table, check_no_vanished, previous_rows
+from .rows import TableError, build_table, check_no_corrupt, check_no_vanished, previous_rows
 from .schema import check_rows, schema_errors
 
 TABLE = "runs.json"
@@ -48,11 +48,12 @@ def rows_json(rows: list[dict]) -> str:
 
 def write_table(root: Path | str = ".", tree=None) -> Path:
     """Regenerate runs.json, RUNS.md and runs.html under root; returns runs.json's path. Nothing is
-    written unless every check passes (no vanished row, schema-valid rows)."""
+    written unless every check passes (no vanished row, no corrupt result, schema-valid rows)."""
     root = Path(root)
     path = root / TABLE
     rows = build_table(root, tree)
     check_no_vanished(previous_rows(path), rows)
+    check_no_corrupt(rows)
     if errors := check_rows(rows):
         raise TableError(f"runs.json: schema: {errors[0]}")
     claims = load_claims(root)

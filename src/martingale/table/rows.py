@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..config.runs import RunTree
-from ..io import read_optional
-from ..plan import STORE, current_index, stage_dir
+from ..io import read_optional, read_optional_yaml
+from ..manifest import MANIFEST
+from ..plan import STORE, config_hash, current_index, stage_dir
 
 HEADLINE = ("n", "brier", "brier_ci", "ms", "ms_ci", "bss", "parse_rate")
 # The knob's paired effect against the parent (eval.json's effect.headline): the run's final stage
@@ -81,7 +82,7 @@ class _Files:
                 name = entry.name
                 if name.startswith(".") and name.endswith(".tmp"):
                     self.writing.add(name[1:].split(".", 1)[0])
-                elif entry.is_dir():
+                elif (entry / MANIFEST).is_file():   # a finished stage (martingale.manifest)
                     self.built.add(name)
         # stage id -> its logs, the job log first: the cluster's job logs, newest job id first
         # (.snakemake/slurm_logs/rule_<rule>/<stage id>/<job id>.log, kept only for failed jobs),
@@ -114,6 +115,15 @@ class _Files:
         return self.locked and any(sid in self.writing and sid not in self.built for sid in chain)
 
 
+def _built_hash(root: Path, run_id: str, evals: dict) -> Optional[str]:
+    """The config hash a run's results were built with: eval.json records it; older results are
+    hashed from their results/<run>/config.yaml."""
+    if isinstance(evals.get("config_hash"), str):
+        return evals["config_hash"]
+    cfg = read_optional_yaml(root / "results" / run_id / "config.yaml")
+    return config_hash(cfg) if isinstance(cfg, dict) else None
+
+
 def _artifacts(root: Path, run_id: str, chain: list[str]) -> dict[str, Any]:
     out = f"results/{run_id}"
     stages = [stage_dir(s) for s in chain]
@@ -136,9 +146,15 @@ def build_row(root: Path, tree: RunTree, index: dict, files: _Files, run_id: str
     row.update({k: info.get(k) for k in ("model", "start", "elicit", "stage_chain", "seeds", "config_hash")})
     evals_path = root / "results" / run_id / "eval.json"
     done = evals_path.exists()
+    evals = read_optional(evals_path) if done else None
     log = None if done else files.failed_log(run_id, chain)
     if spec.invalid:
         state = "invalid"
+    elif done and not isinstance(evals, dict):
+        state, log = "corrupt", evals_path.relative_to(root).as_posix()
+    elif done and _built_hash(root, run_id, evals) != info.get("config_hash"):
+        state = "stale"
+        row["built_knob"] = evals.get("knob")
     elif done:
         state = "done"
     elif files.being_written(chain):
@@ -147,7 +163,6 @@ def build_row(root: Path, tree: RunTree, index: dict, files: _Files, run_id: str
         state = "crashed"
     else:
         state = "queued"
-    evals = read_optional(evals_path) if done else None
     stage, last = _last_stage(evals)
     landed = read_optional(root / "results" / run_id / "landed.json")
     row.update(
@@ -191,10 +206,18 @@ def check_no_vanished(previous: list[dict], rows: list[dict]) -> None:
             raise TableError(
                 f"conf/runs/{run_id}.yaml vanished but runs.json has its row ({old.get('state')}): "
                 f"restore the file and mark the run `invalid: \"<bug>\"` instead of deleting it")
-        if old.get("state") == "done" and new["state"] not in ("done", "invalid"):
+        if old.get("state") in ("done", "stale") and new["state"] not in ("done", "stale", "invalid", "corrupt"):
             raise TableError(
                 f"results/{run_id}/eval.json vanished: mark the run `invalid: \"<bug>\"` in "
                 f"conf/runs/{run_id}.yaml or rebuild it")
 
 
-__all__ = ["TableError", "build_table", "check_no_vanished", "previous_rows", "STORE"]
+def check_no_corrupt(rows: list[dict]) -> None:
+    """An unreadable result is never shown as a row: the table step fails naming it."""
+    bad = [r for r in rows if r["state"] == "corrupt"]
+    if bad:
+        raise TableError(f"{bad[0]['log']}: unreadable (not a JSON object): delete it and rebuild with "
+                         f"`snakemake {bad[0]['log']}`" + (f" ({len(bad) - 1} more corrupt)" if len(bad) > 1 else ""))
+
+
+__all__ = ["TableError", "build_table", "check_no_corrupt", "check_no_vanished", "previous_rows", "STORE"]

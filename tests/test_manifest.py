@@ -1,0 +1,67 @@
+"""Stage manifests: every finished stage records the sha256 of its files, and a stage refuses an
+input whose files do not match (a corrupted cached artifact is never used)."""
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from martingale import io
+from martingale.manifest import MANIFEST, CorruptArtifact, problems, require, store_folders
+from martingale.smk import run_stage
+
+
+def stage(tmp_path: Path, name: str = "train-0123456789ab") -> Path:
+    out = tmp_path / "results/_store/train" / name
+    with io.atomic_dir(out) as tmp:
+        (tmp / "model").mkdir()
+        (tmp / "model/model.safetensors").write_bytes(bytes(range(256)) * 64)
+        io.write_json(tmp / "stage.json", {"kind": "train"})
+    return out
+
+
+def test_a_finished_stage_carries_a_manifest_of_every_file(tmp_path):
+    out = stage(tmp_path)
+    assert (out / MANIFEST).is_file() and problems(out) == []
+    assert set(io.read_json(out / MANIFEST)["files"]) == {"model/model.safetensors", "stage.json"}
+
+
+def test_same_size_garbage_in_the_weights_is_found_and_named(tmp_path):
+    out = stage(tmp_path)
+    weights = out / "model/model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[100:140] = b"\0" * 40
+    weights.write_bytes(bytes(data))
+    assert problems(out) == [f"{weights}: sha256 differs from the manifest (corrupted)"]
+    with pytest.raises(CorruptArtifact, match="model.safetensors: sha256 differs"):
+        require(out)
+
+
+def test_a_truncated_or_missing_file_or_a_missing_manifest_is_named(tmp_path):
+    out = stage(tmp_path)
+    weights = out / "model/model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:10])
+    assert "10 bytes, the manifest says 16384" in problems(out)[0]
+    weights.unlink()
+    assert problems(out) == [f"{weights}: missing"]
+    (out / MANIFEST).unlink()
+    assert "did not finish" in problems(out)[0]
+
+
+def test_a_stage_refuses_a_corrupted_input_before_running(tmp_path):
+    start = stage(tmp_path)
+    (start / "model/model.safetensors").write_bytes(b"\1" * 16384)
+    out = tmp_path / "results/_store/evaluate/evaluate-0123456789ab"
+    job = SimpleNamespace(rule="evaluate", input={"model": str(start / MANIFEST), "judge_model": str(start / MANIFEST)},
+                          output=[str(out / MANIFEST)], params=SimpleNamespace(cfg={}),
+                          wildcards=SimpleNamespace(sid=out.name))
+    with pytest.raises(CorruptArtifact, match="model/model.safetensors: sha256 differs"):
+        run_stage(job)
+    assert not out.exists()
+
+
+def test_the_store_listing_skips_temp_folders(tmp_path):
+    out = stage(tmp_path)
+    (out.parent / ".train-x.tmp").mkdir()
+    assert store_folders(tmp_path / "results/_store") == [out]
