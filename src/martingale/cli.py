@@ -13,8 +13,8 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from .config.runs import RunError, RunTree, display_path
-from .io import write_text
+from .config.runs import RunError, RunTree, display_path, run_id_problem
+from .io import redact, write_text
 
 app = typer.Typer(
     name="martingale",
@@ -51,7 +51,16 @@ def _tree(compose: bool = True) -> RunTree:
         raise  # unreachable
 
 
+def _name(run_id: str) -> None:
+    """Refuse, in one line, a run-id that is not a name (a path, '..', too long ...): nothing is
+    read or written under a name the run-id rule (config.runs.run_id_problem) refuses."""
+    problem = run_id_problem(run_id)
+    if problem:
+        fail(f"{_conf().name}/runs: run-id: {problem}")
+
+
 def _need(tree: RunTree, run_id: str) -> None:
+    _name(run_id)
     if run_id not in tree:
         fail(f"unknown run {run_id!r} (no conf/runs/{run_id}.yaml)")
 
@@ -71,6 +80,7 @@ def new(child: str = typer.Argument(..., help="Run-id of the new run (its file n
         claims: Optional[str] = typer.Option(None, "--claims", help="Comma-separated claims, e.g. C1,C2."),
         ) -> None:
     """Write conf/runs/CHILD.yaml, only if the whole tree validates with it."""
+    _name(child)
     runs_dir = _conf() / "runs"
     for suffix in (".yaml", ".yml"):
         existing = runs_dir / f"{child}{suffix}"
@@ -81,7 +91,9 @@ def new(child: str = typer.Argument(..., help="Run-id of the new run (its file n
     if question is not None:
         data["question"] = question
     data["claims"] = [c.strip() for c in claims.split(",") if c.strip()] if claims else []
-    text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=None, width=100)
+    # redacted before it is checked, so the file checked is the file written (a key pasted into
+    # a knob becomes "[redacted:<VAR>]", which then fails as a value, and nothing is written)
+    text = yaml.safe_dump(redact(data), sort_keys=False, allow_unicode=True, default_flow_style=None, width=100)
     try:
         tree = RunTree.load(_conf(), extra={path: text})
     except RunError as e:
@@ -240,7 +252,7 @@ def plan(runs: Optional[List[str]] = typer.Argument(None, help="Run-ids (default
     for sid in p.stages_for(ids):
         st = p.stages[sid]
         shown = users[sid]
-        table.add_row(sid, ", ".join(st.upstream) or "-",
+        table.add_row(sid, ", ".join(dict.fromkeys(st.inputs.values())) or "-",
                       ", ".join(shown[:3]) + (f" +{len(shown) - 3}" if len(shown) > 3 else ""))
     out.print(table)
     out.print(f"{len(ids)} runs: {len(p.stages_for(ids))} distinct stages "

@@ -1,12 +1,16 @@
-"""Atomic writes: a reader sees the old file or the complete new one, never a half-written one."""
+"""Atomic writes: a reader sees the old file or the complete new one, never a half-written one;
+and no key-like environment value in it (the redaction pass below)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -38,9 +42,120 @@ def _umask() -> int:
 _FILE_MODE = 0o666 & ~_umask()   # what open() would give a new file (mkstemp gives 0600)
 
 
+# --------------------------------------------------------------------------- redaction
+# No environment value that looks like a key is ever written: every writer below goes through
+# write_bytes, which replaces each such value (and its JSON/YAML-escaped forms) with
+# "[redacted:<VARNAME>]". A variable looks like a key when its name contains one of SECRET_WORDS
+# (any case) and its value has at least SECRET_MIN_LEN characters. The set is compiled once per
+# environment: each write rescans only the variable names (cached) to notice a change.
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASS", "CREDENTIAL", "AUTH")
+SECRET_MIN_LEN = 8
+_SECRET_NAME = re.compile("|".join(SECRET_WORDS), re.IGNORECASE)
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_secret_name(name: str) -> bool:
+    return bool(_SECRET_NAME.search(name))
+
+
+@dataclass(frozen=True)
+class Redactor:
+    """The secret values of one environment: (form, marker) pairs, longest form first."""
+    pairs: tuple[tuple[str, str], ...]
+
+    def text(self, s: str) -> str:
+        """``s`` with every secret form replaced by its marker."""
+        for form, marker in self.pairs:
+            if form in s:
+                s = s.replace(form, marker)
+        return s
+
+    def data(self, b: bytes) -> bytes:
+        """The same on UTF-8 bytes."""
+        for form, marker in self.pairs:
+            raw = form.encode("utf-8")
+            if raw in b:
+                b = b.replace(raw, marker.encode("utf-8"))
+        return b
+
+    def obj(self, obj: Any) -> Any:
+        """A copy of a JSON/YAML-like object with every string (keys too) redacted."""
+        if isinstance(obj, str):
+            return self.text(obj)
+        if isinstance(obj, dict):
+            return {self.obj(k): self.obj(v) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return [self.obj(v) for v in obj]
+        return obj
+
+
+def _forms(value: str) -> set[str]:
+    """How a value can appear in a written file: as is, JSON-escaped (ASCII or not), in a
+    single-quoted YAML scalar."""
+    return {value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1],
+            value.replace("'", "''")}
+
+
+def _build(secrets: tuple[tuple[str, str], ...]) -> Redactor:
+    pairs: dict[str, str] = {}
+    for name, value in sorted(secrets):
+        for form in _forms(value):
+            pairs.setdefault(form, f"[redacted:{name}]")
+    return Redactor(tuple(sorted(pairs.items(), key=lambda p: (-len(p[0]), p[0]))))
+
+
+_REDACTOR: tuple[tuple[tuple[str, str], ...], Redactor] = ((), Redactor(()))
+
+
+def redactor() -> Redactor:
+    """The Redactor of the current os.environ (rebuilt only when a key-like variable changes)."""
+    global _REDACTOR
+    env = os.environ
+    secrets = tuple((k, env[k]) for k in env if _is_secret_name(k) and len(env[k]) >= SECRET_MIN_LEN)
+    if secrets != _REDACTOR[0]:
+        _REDACTOR = (secrets, _build(secrets))
+    return _REDACTOR[1]
+
+
+def redact(obj: Any) -> Any:
+    """A copy of ``obj`` (a string, or a JSON/YAML-like object) with no key-like environment
+    value left in any of its strings: for text built and written by other means."""
+    r = redactor()
+    return r.obj(obj) if r.pairs else obj
+
+
+class RedactingLog:
+    """A text stream for a log that is appended to while a job runs (it cannot be written
+    atomically): each write is redacted first. A secret split across two writes is not seen;
+    logging and print write a value in one piece."""
+
+    def __init__(self, raw: Any):
+        self._raw = raw
+
+    def write(self, s: str) -> int:
+        self._raw.write(redact(s))
+        return len(s)
+
+    def __getattr__(self, name: str) -> Any:   # flush, fileno, isatty, close ... of the file
+        return getattr(self._raw, name)
+
+
+@contextlib.contextmanager
+def open_log(path: Path | str) -> Iterator[RedactingLog]:
+    """Open a job's log for appending (its folder made), as a RedactingLog."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        yield RedactingLog(f)
+
+
 def write_bytes(path: Path | str, data: bytes) -> None:
     """Write bytes to path via a temp file in the same folder and an atomic rename; the file gets
-    the usual mode for a new file (umask applied), so a table or result is readable as usual."""
+    the usual mode for a new file (umask applied), so a table or result is readable as usual.
+    Every key-like environment value is redacted first (see redactor)."""
+    r = redactor()
+    if r.pairs:
+        data = r.data(data)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -66,6 +181,7 @@ def write_text_if_changed(path: Path | str, text: str) -> bool:
     """write_text unless the file already holds exactly this text (its mtime then stays, so
     regenerating an unchanged table or index triggers nothing downstream). True if written."""
     path = Path(path)
+    text = redact(text)   # compare what would be written
     try:
         if path.read_text(encoding="utf-8") == text:
             return False
@@ -80,7 +196,9 @@ def write_json(path: Path | str, obj: Any) -> None:
 
 
 def write_yaml(path: Path | str, obj: Any) -> None:
-    write_text(path, yaml.safe_dump(obj, sort_keys=True, allow_unicode=True))
+    """YAML of obj; its strings are redacted before dumping, because YAML may fold a long scalar
+    across lines and a marker must stay a quoted string, not become a flow sequence."""
+    write_text(path, yaml.safe_dump(redact(obj), sort_keys=True, allow_unicode=True))
 
 
 def write_jsonl(path: Path | str, rows: list[dict]) -> None:

@@ -3,13 +3,13 @@
 import sys
 from pathlib import Path
 
-from martingale.config.runs import RunError
+from martingale.config.runs import RUN_ID_PATTERN, RunError
 from martingale.manifest import MANIFEST
 from martingale.plan import ID_PATTERN, STORE, Plan, stage_dir
 from martingale.stages import kinds
 
 ROOT = Path(workflow.basedir)
-RUN_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+RUN_PATTERN = RUN_ID_PATTERN   # the run-id rule's one definition (martingale.config.runs)
 
 try:
     PLAN = Plan.load(ROOT)

@@ -7,7 +7,8 @@ Two paths that give the same result:
   config-group choices (``elicit=snap``, ``model=llama31_8b`` ...) once; plain ``key=value``
   overrides are then applied on a copy of that structured config with Hydra's own override
   application, which is exactly what Hydra does after composing the defaults list (group overrides
-  first, then key overrides in order). Types, unknown keys and ``choices()`` are still checked.
+  first, then key overrides in order). Types, unknown keys, ``choices()`` and every key's domain
+  (``schema.DOMAINS``) are still checked. A knob holds no interpolation: its value is a literal.
 
 Errors come out as :class:`ComposeError` with ``key`` (the offending key) and a one-line ``reason``.
 """
@@ -32,7 +33,7 @@ from hydra._internal.config_loader_impl import ConfigLoaderImpl
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from .schema import Config, choices
+from .schema import DOMAINS, Config, choices, domain_key
 
 SCHEMA_NAME = "martingale_schema"
 
@@ -96,9 +97,14 @@ def _parser() -> OverridesParser:
 
 def parse_override(text: str) -> Override:
     """Parse one Hydra override; reject sweeps, deletions and additions (a knob changes a key)."""
-    if not isinstance(text, str) or "=" not in text:
-        raise ComposeError(str(text), "not an override: expected key=value")
-    key_guess = text.split("=", 1)[0].strip() or text
+    if not isinstance(text, str):
+        raise ComposeError("knob", f"not an override: expected key=value, got {text!r}")
+    key_guess = text.split("=", 1)[0].strip().lstrip("~+") or text
+    if "=" not in text:
+        what = "a knob sets an existing key (no ~ deletion)" if text.startswith("~") else "expected key=value"
+        raise ComposeError(key_guess, f"not an override: {what}")
+    if "${" in text:   # ${oc.env:SECRET} would put a secret into every file the run writes
+        raise ComposeError(key_guess, "interpolation '${…}' is not allowed: a knob value is a literal")
     try:
         ov = _parser().parse_override(text)
     except Exception as e:  # hydra's OverrideParseException
@@ -127,21 +133,63 @@ def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def check_choices(resolved: dict) -> None:
-    """Every key named in ``choices()`` (``*`` matches one level) must hold an allowed value."""
+_MATCHES: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {}
+
+
+def _patterns_of(key: str, patterns: tuple[str, ...]) -> tuple[str, ...]:
+    """The choices() patterns that name ``key`` (``*`` matches one level); cached per key."""
+    found = _MATCHES.get((key, patterns))
+    if found is None:
+        found = tuple(p for p in patterns if key == p or (
+            "*" in p and fnmatch.fnmatchcase(key, p) and key.count(".") == p.count(".")))
+        _MATCHES[(key, patterns)] = found
+    return found
+
+
+def check_choices(resolved: dict, allowed: dict[str, tuple[Any, ...]] | None = None,
+                  flat: dict[str, Any] | None = None) -> None:
+    """Every key named in ``choices()`` (``*`` matches one level) must hold an allowed value.
+    ``allowed``/``flat``: choices() and flatten(resolved), when the caller already has them."""
+    allowed = choices() if allowed is None else allowed
+    flat = flatten(resolved) if flat is None else flat
+    patterns = tuple(allowed)
+    for key, value in flat.items():
+        for pattern in _patterns_of(key, patterns):
+            if value not in allowed[pattern]:
+                shown = ", ".join("null" if a is None else str(a) for a in allowed[pattern])
+                raise ComposeError(key, f"{value!r} is not one of: {shown}")
+
+
+_IN_DOMAIN: set[tuple[str, str, Any]] = set()   # (key, type, value) already found in its domain
+
+
+def check_domains(resolved: dict, flat: dict[str, Any] | None = None) -> None:
+    """Every leaf key holds a value of its domain (schema.DOMAINS: ranges, enums, names, paths);
+    a leaf without a domain is an error too, so a key added to the schema cannot skip this.
+    A (key, value) found good once is not checked again: planning 1,000 runs stays cheap."""
+    for key, value in (flatten(resolved) if flat is None else flat).items():
+        memo = (key, type(value).__name__, tuple(value) if isinstance(value, list) else value)
+        try:
+            if memo in _IN_DOMAIN:
+                continue
+        except TypeError:   # an unhashable value (a list of lists): check it every time
+            memo = None
+        domain = DOMAINS.get(domain_key(key))
+        if domain is None:
+            raise ComposeError(key, "no domain for this key in schema.DOMAINS")
+        problem = domain.problem(value)
+        if problem:
+            raise ComposeError(key, problem)
+        if memo is not None:
+            _IN_DOMAIN.add(memo)
+
+
+def check_values(resolved: dict, allowed: dict[str, tuple[Any, ...]] | None = None) -> None:
+    """The composed config's values: choices() first (``allowed``: its result, if at hand), then
+    every key's domain."""
     flat = flatten(resolved)
-    for pattern, allowed in choices().items():
-        for key, value in flat.items():
-            if key == pattern or ("*" in pattern and fnmatch.fnmatchcase(key, pattern)
-                                  and key.count(".") == pattern.count(".")):
-                if value not in allowed:
-                    shown = ", ".join("null" if a is None else str(a) for a in allowed)
-                    raise ComposeError(key, f"{value!r} is not one of: {shown}")
-    seeds = resolved.get("seeds")
-    if not seeds:
-        raise ComposeError("seeds", "needs at least one seed")
-    if len(set(seeds)) != len(seeds):
-        raise ComposeError("seeds", f"repeated seed in {seeds}")
+    check_choices(resolved, allowed, flat)
+    check_domains(resolved, flat)
 
 
 def to_dict(cfg: DictConfig) -> dict:
@@ -202,7 +250,7 @@ def compose(overrides: Iterable[str], conf_dir: Path | str) -> dict:
         for ov in overrides:
             parse_override(ov)
         resolved = to_dict(compose_cfg(list(overrides), conf_dir))
-        check_choices(resolved)
+        check_values(resolved)
         _COMPOSE_CACHE[key] = resolved
     return copy.deepcopy(_COMPOSE_CACHE[key])
 
@@ -258,6 +306,7 @@ class Composer:
         self._base_infos: dict[tuple, tuple[DictConfig, dict, bool]] = {}
         self._values: dict[tuple, Any] = {}
         self._parsed: dict[str, Override] = {}
+        self._choices: dict[str, tuple[Any, ...]] | None = None
 
     def parse(self, text: str) -> Override:
         ov = self._parsed.get(text)
@@ -365,7 +414,9 @@ class Composer:
                 resolved = base_resolved
                 for path, value in converted:  # type: ignore[misc]
                     resolved = _set_path(resolved, path, value)
-            check_choices(resolved)
+            if self._choices is None:   # the registries do not change while a tree is checked
+                self._choices = choices()
+            check_values(resolved, self._choices)
             self._cache[key] = resolved
         return resolved
 

@@ -2,9 +2,14 @@
 
 Registered in Hydra's ConfigStore as ``martingale_schema`` and named first in ``conf/config.yaml``'s
 defaults, so composing an unknown key or a value of the wrong type is an error naming the key.
+Every leaf key also has a domain (``DOMAINS``: a range, an enum, a name, a path), checked when a
+run is composed, so a value out of range is an error naming the key too.
 """
 from __future__ import annotations
 
+import math
+import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -145,24 +150,290 @@ class Config:
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
 
+# --------------------------------------------------------------------------- domains
+# Every leaf key of Config has a domain in DOMAINS (``*`` matches one level: stages.s1, stages.s2):
+# the values it may hold, checked at compose time beside choices() (compose.check_domains), so a
+# run `check` accepts is one its stages can run. A test walks the dataclasses: no leaf without one.
+
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")   # model/family/gpu/wandb names
+MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,127}")     # a LoRA target module
+SEED_MAX = 2**32 - 1        # torch.manual_seed(seed * 100_003 + step) must stay within 64 bits
+# Folders a model or question path may never be (the folder itself), and trees it may never be in.
+SYSTEM_DIRS = frozenset({"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64",
+                         "/media", "/mnt", "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys",
+                         "/tmp", "/usr", "/var"})
+SYSTEM_TREES = ("/proc", "/sys", "/dev", "/etc", "/boot", "/bin", "/sbin", "/run")
+
+
+def system_path_problem(path: str) -> Optional[str]:
+    """Why an absolute path is a system location no config may point at, or None (a relative
+    path is judged once resolved, by the stage that opens it)."""
+    if not path.startswith("/"):
+        return None
+    norm = "/" + os.path.normpath(path).lstrip("/")
+    if norm in SYSTEM_DIRS or any(norm.startswith(t + "/") for t in SYSTEM_TREES):
+        return f"{path!r} is a system folder, not a project's data"
+    return None
+
+
+def _num(x: Optional[float]) -> str:
+    """A bound as written: 4294967295, not 4.29497e+09; 0.5 as 0.5."""
+    return str(int(x)) if x is not None and float(x).is_integer() else f"{x}"
+
+
+class Domain:
+    """The values one key may hold. ``problem(value)``: what is wrong, in a few words, or None."""
+
+    def problem(self, value: Any) -> Optional[str]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Num(Domain):
+    """A finite number in [lo, hi], with an open end where ``lo_open``/``hi_open``; ``integer``:
+    an int only (a bool is never a number here)."""
+    lo: Optional[float] = None
+    hi: Optional[float] = None
+    lo_open: bool = False
+    hi_open: bool = False
+    integer: bool = False
+
+    def describe(self) -> str:
+        """The range in words: ``in (0, 1]``, ``≥ 2``, ``> 0``."""
+        lo, hi = _num(self.lo), _num(self.hi)
+        if self.lo is not None and self.hi is not None:
+            return f"in {'(' if self.lo_open else '['}{lo}, {hi}{')' if self.hi_open else ']'}"
+        if self.lo is not None:
+            return f"{'>' if self.lo_open else '≥'} {lo}"
+        return f"{'<' if self.hi_open else '≤'} {hi}" if self.hi is not None else "finite"
+
+    def problem(self, value: Any) -> Optional[str]:
+        kind = "an integer" if self.integer else "a number"
+        if isinstance(value, bool) or not isinstance(value, int if self.integer else (int, float)):
+            return f"expected {kind}, got {value!r}"
+        if not math.isfinite(value):
+            return f"{value!r} is not finite: must be {self.describe()}"
+        low_ok = self.lo is None or (value > self.lo if self.lo_open else value >= self.lo)
+        high_ok = self.hi is None or (value < self.hi if self.hi_open else value <= self.hi)
+        return None if low_ok and high_ok else f"{value!r} is out of range: must be {self.describe()}"
+
+
+def Int(lo: Optional[int] = None, hi: Optional[int] = None) -> Num:
+    """An integer in [lo, hi]."""
+    return Num(lo, hi, integer=True)
+
+
+def Real(lo: Optional[float] = None, hi: Optional[float] = None, lo_open: bool = False,
+         hi_open: bool = False) -> Num:
+    """A finite number in [lo, hi] (ends open where asked)."""
+    return Num(lo, hi, lo_open, hi_open)
+
+
+@dataclass(frozen=True)
+class OneOf(Domain):
+    """One of a fixed list of values."""
+    values: tuple[Any, ...]
+
+    def problem(self, value: Any) -> Optional[str]:
+        if value in self.values and not isinstance(value, bool):
+            return None
+        return f"{value!r} is not one of: {', '.join('null' if v is None else str(v) for v in self.values)}"
+
+
+@dataclass(frozen=True)
+class InChoices(Domain):
+    """One of ``choices()[key]`` (the fixed enums and the registries): checked there."""
+
+    def problem(self, value: Any) -> Optional[str]:
+        return None
+
+
+@dataclass(frozen=True)
+class Name(Domain):
+    """A name: letters, digits, '.', '_', '-' (``pattern``); null allowed where ``optional``."""
+    optional: bool = False
+    pattern: re.Pattern = SAFE_NAME
+
+    def problem(self, value: Any) -> Optional[str]:
+        if value is None:
+            return None if self.optional else "needs a name, got null"
+        if not isinstance(value, str) or not value.strip():
+            return f"needs a name, got {value!r}"
+        if not self.pattern.fullmatch(value):
+            return f"{value!r} is not a name (letters, digits, '.', '_', '-'; at most 128)"
+        return None
+
+
+@dataclass(frozen=True)
+class Names(Domain):
+    """A non-empty list of distinct names (``pattern``)."""
+    pattern: re.Pattern = MODULE_NAME
+
+    def problem(self, value: Any) -> Optional[str]:
+        if not isinstance(value, list) or not value:
+            return f"needs a non-empty list of names, got {value!r}"
+        bad = [v for v in value if not isinstance(v, str) or not self.pattern.fullmatch(v)]
+        if bad:
+            return f"{bad[0]!r} is not a module name"
+        return f"repeated name in {value}" if len(set(value)) != len(value) else None
+
+
+@dataclass(frozen=True)
+class PathValue(Domain):
+    """A file-system path (or null where ``optional``): one line, not blank, not a system folder.
+    It is opened only by the stage its key belongs to, which checks what is there."""
+    optional: bool = True
+
+    def problem(self, value: Any) -> Optional[str]:
+        if value is None:
+            return None if self.optional else "needs a path, got null"
+        if not isinstance(value, str) or not value.strip() or value != value.strip():
+            return f"needs a path (null for none), got {value!r}"
+        if any(c in value for c in "\0\n\r"):
+            return f"{value!r} is not a path (control characters)"
+        return system_path_problem(value)
+
+
+@dataclass(frozen=True)
+class Flag(Domain):
+    """true or false."""
+
+    def problem(self, value: Any) -> Optional[str]:
+        return None if isinstance(value, bool) else f"expected true or false, got {value!r}"
+
+
+@dataclass(frozen=True)
+class Seeds(Domain):
+    """A non-empty list of distinct integer seeds in [0, SEED_MAX]."""
+
+    def problem(self, value: Any) -> Optional[str]:
+        if not isinstance(value, list) or not value:
+            return "needs at least one seed"
+        bad = [s for s in value if SEED.problem(s)]
+        if bad:
+            return f"seed {bad[0]!r} is not an integer in [0, {SEED_MAX}]"
+        return f"repeated seed in {value}" if len(set(value)) != len(value) else None
+
+
+POSITIVE = Real(0, lo_open=True)
+NONNEG = Real(0)
+FRACTION = Real(0, 1)
+OPEN_UNIT = Real(0, 1, lo_open=True, hi_open=True)
+LR = Real(0, 1, lo_open=True)
+COUNT = Int(1)
+SEED = Int(0, SEED_MAX)
+
+DOMAINS: dict[str, Domain] = {
+    # world: stages/common.make_world builds the synthetic world only; world/synthetic.py
+    "world.name": OneOf(("synthetic",)),
+    "world.seed": SEED,
+    "world.base_rate": OPEN_UNIT,                 # logit(base_rate)
+    "world.n_clue_types": Int(2),                 # a Dirichlet over at least two clue types
+    "world.clues_per_question": COUNT,
+    "world.dirichlet_alpha": POSITIVE,
+    "world.logodds_unit": POSITIVE,               # llr / unit
+    "world.max_step": COUNT,
+    "world.snap_noise": NONNEG,                   # an sd
+    "world.n_train": COUNT,
+    "world.n_heldout": Int(2),                    # an OLS slope needs two questions
+    "world.questions_file": PathValue(),
+    # model: model/load.py (LlamaConfig, torch dtype), stages/weights.py (path), plan (resources)
+    "model.name": Name(),
+    "model.family": Name(),
+    "model.path": PathValue(),
+    "model.backend": InChoices(),
+    "model.hidden_size": COUNT,
+    "model.num_layers": COUNT,
+    "model.num_heads": COUNT,
+    "model.intermediate_size": COUNT,
+    "model.max_length": COUNT,
+    "model.dtype": OneOf(("float32", "bfloat16", "float16")),
+    "model.lora_targets": Names(),
+    "model.resources.cpus": COUNT,
+    "model.resources.mem_mb": COUNT,
+    "model.resources.gpus": Int(0),
+    "model.resources.gpu_model": Name(optional=True),
+    "model.resources.runtime_min": COUNT,
+    # elicit: beliefs/elicit.py reads the prior at round(cut · clues)
+    "elicit.mode": InChoices(),
+    "elicit.judge": InChoices(),
+    "elicit.cut": OPEN_UNIT,
+    "start": InChoices(),
+    "seeds": Seeds(),
+    # pretrain, distill: stages/pretrain.py, stages/distill.py, common.supervised_loop
+    "pretrain.seed": SEED,
+    "pretrain.steps": COUNT,
+    "pretrain.batch_size": COUNT,
+    "pretrain.lr": LR,
+    "pretrain.warmup": Int(0),
+    "pretrain.snap_fraction": FRACTION,
+    "pretrain.read_fraction": FRACTION,
+    "pretrain.negation_fraction": FRACTION,
+    "distill.seed": SEED,
+    "distill.steps": COUNT,
+    "distill.batch_size": COUNT,
+    "distill.lr": LR,
+    "distill.lora_r": COUNT,
+    "distill.agree_weight": POSITIVE,
+    "distill.disagree_weight": NONNEG,
+    "distill.weight_jitter": NONNEG,              # an sd
+    # stages.*: stages/train.py, rewards.py
+    "stages.*.kind": InChoices(),
+    "stages.*.reward": InChoices(),
+    "stages.*.filter": InChoices(),
+    "stages.*.epochs": COUNT,
+    "stages.*.lr": LR,
+    "stages.*.kl_beta": NONNEG,
+    "stages.*.lora_r": COUNT,
+    "stages.*.batch_questions": COUNT,
+    "stages.*.generations": Int(2),               # group-centred advantages need two samples
+    "stages.*.temperature": POSITIVE,             # sampling (0 = greedy: every sample the same)
+    "stages.*.adv_clip": POSITIVE,
+    "stages.*.info_coef": NONNEG,
+    "stages.*.info_eps": FRACTION,                # a width in probability
+    "stages.*.lam": FRACTION,                     # C: λ·z(A) + (1 − λ)·z(B)
+    "stages.*.balance": Flag(),
+    # eval: stages/evaluate.py, metrics (bootstrap CIs at level ci)
+    "eval.kind": InChoices(),
+    "eval.temperature": NONNEG,                   # 0 = greedy
+    "eval.n_bootstrap": COUNT,
+    "eval.ci": OPEN_UNIT,
+    "eval.prior_draws": Int(0),
+    "eval.negations": Flag(),
+    # wandb: tracking.py
+    "wandb.mode": InChoices(),
+    "wandb.project": Name(),
+    "wandb.entity": Name(optional=True),
+}
+
+
+def domain_key(key: str) -> str:
+    """The DOMAINS entry of a dotted key: itself, or its ``stages.*.x`` form."""
+    if key in DOMAINS:
+        return key
+    parts = key.split(".")
+    return ".".join([parts[0], "*", *parts[2:]]) if len(parts) > 2 else key
+
+
 FIXED_CHOICES: dict[str, tuple[Any, ...]] = {
     "start": ("base", "D"),
     "elicit.mode": ("snap", "samemode"),
     "stages.*.filter": (None, "top-half", "top-quartile"),
-    "model.backend": ("hf", "vllm"),
     "wandb.mode": ("offline", "online", "disabled"),
 }
 
 
 def choices() -> dict[str, tuple[Any, ...]]:
     """Allowed values per key (``*`` matches one level): the fixed enums above, and the names the
-    registries hold — a reward, reader or stage kind added in its own file is allowed here with
-    no second list."""
+    registries hold — a reward, reader, backend or stage kind added in its own file is allowed
+    here with no second list."""
     from ..beliefs.readers import READERS
+    from ..model.backend import BACKENDS
     from ..rewards import REWARDS
     from ..stages import kind_names
     return {**FIXED_CHOICES,
             "elicit.judge": tuple(READERS),
             "stages.*.reward": (None, *REWARDS),
+            "model.backend": tuple(BACKENDS),
             "stages.*.kind": kind_names("step"),
             "eval.kind": kind_names("measure")}

@@ -1,20 +1,43 @@
 """Stage weights: local weights (``model.path``) linked into the store as ``<stage>/model``, so every
-stage reads a model the same way; no training. Runs on the submitting host (a link, not a job)."""
+stage reads a model the same way; no training. Runs on the submitting host (a link, not a job).
+
+``model.path`` is the only way a model from outside the project gets in, so it is checked before
+anything is linked: a folder with a model in it (its ``config.json``), never ``/``, a system
+folder, or the home folder itself."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
+from ..config.schema import system_path_problem
 from ..io import atomic_dir
 from . import stage_kind
+from .common import StageError
+
+
+def model_dir_problem(path: str) -> Optional[str]:
+    """Why ``path`` (as configured) is not a local model folder to link, or None."""
+    problem = system_path_problem(path)
+    if problem:
+        return problem
+    src = Path(path).resolve()
+    problem = system_path_problem(str(src))
+    if problem or src == Path.home().resolve():
+        return f"{path!r} resolves to {str(src)!r}, a system or home folder, not a model folder"
+    if not src.is_dir():
+        return f"{path!r} is not a folder" + (" (no such path)" if not src.exists() else "")
+    if not (src / "config.json").is_file():
+        return f"{path!r} has no config.json: not a model folder"
+    return None
 
 
 @stage_kind("weights", "source", keys=("model",), when=lambda cfg: bool(cfg["model"].get("path")), local=True)
 def run(cfg: dict[str, Any], out_dir: Path) -> None:
     """cfg: model (with its path) → out_dir/model, a link to the local HF folder."""
-    src = Path(cfg["model"]["path"]).resolve()
-    if not src.is_dir():
-        raise FileNotFoundError(f"model.path {src} is not a folder of weights")
+    path = str(cfg["model"]["path"])
+    problem = model_dir_problem(path)
+    if problem:
+        raise StageError(f"model.path: {problem}")
     with atomic_dir(out_dir) as tmp:
-        os.symlink(src, tmp / "model", target_is_directory=True)
+        os.symlink(Path(path).resolve(), tmp / "model", target_is_directory=True)
