@@ -28,9 +28,8 @@ def run_logged(snakemake: Any, body: Callable[[], Any]) -> Any:
     """Run body() with logging, stdout and stderr going to the rule's log; tracebacks logged.
     SIGTERM becomes an exception, so a killed stage logs why and leaves no partial output."""
     signal.signal(signal.SIGTERM, _raise_killed)
-    log_path = Path(snakemake.log[0])
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "a", encoding="utf-8") as log_file:
+    from .io import open_log
+    with open_log(snakemake.log[0]) as log_file:   # key-like environment values redacted
         handler = logging.StreamHandler(log_file)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         root = logging.getLogger()
