@@ -65,3 +65,17 @@ def test_the_store_listing_skips_temp_folders(tmp_path):
     out = stage(tmp_path)
     (out.parent / ".train-x.tmp").mkdir()
     assert store_folders(tmp_path / "results/_store") == [out]
+
+
+def test_martingale_verify_names_a_corrupted_stage_and_removes_it_on_request(tmp_path):
+    from typer.testing import CliRunner
+
+    from martingale.cli import app
+    good, bad = stage(tmp_path, "train-aaaaaaaaaaaa"), stage(tmp_path, "train-bbbbbbbbbbbb")
+    (bad / "stage.json").write_text('{"kind": "tampered"}\n')
+    res = CliRunner().invoke(app, ["--root", str(tmp_path), "verify", "--all"])
+    assert res.exit_code == 1 and "train-bbbbbbbbbbbb/stage.json" in res.output
+    assert "2 stage folders checked, 1 bad" in res.output
+    res = CliRunner().invoke(app, ["--root", str(tmp_path), "verify", "--all", "--remove"])
+    assert res.exit_code == 0 and not bad.exists() and good.exists()
+    assert CliRunner().invoke(app, ["--root", str(tmp_path), "verify", "--all"]).exit_code == 0

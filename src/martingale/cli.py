@@ -227,6 +227,61 @@ def status() -> None:
     if ready:
         targets = " ".join(f"results/{r['run_id']}/eval.json" for r in ready)
         out.print(f"launch: snakemake --profile profiles/<local|slurm> {targets}", markup=False)
+    for line in advice(rows):
+        out.print(line, markup=False)
+
+
+def advice(rows: dict[str, dict]) -> list[str]:
+    """What to run about stale and corrupt results and about Snakemake's lock after a crash."""
+    from .locks import live_snakemakes, locked, stale_lock
+    lines = []
+    for r in rows.values():
+        if r["state"] == "stale":
+            lines.append(f"stale: {r['run_id']} was built with {r.get('built_knob')!r}, its file now says "
+                         f"{r['knob']!r}: rebuild with `snakemake results/{r['run_id']}/eval.json`")
+        elif r["state"] == "corrupt":
+            lines.append(f"corrupt: {r['log']} is not readable JSON: delete it, then "
+                         f"`snakemake results/{r['run_id']}/eval.json`")
+    if stale_lock(STATE.root):
+        lines.append("lock: .snakemake/locks is left from a killed Snakemake (none runs in this project): "
+                     "`snakemake --unlock` is safe, then rerun the same command")
+    elif locked(STATE.root):
+        pids = ", ".join(map(str, live_snakemakes(STATE.root)))
+        lines.append(f"lock: held by a running Snakemake (pid {pids}): do not unlock")
+    return lines
+
+
+@app.command()
+def verify(run: Optional[str] = typer.Argument(None, help="Run-id: its stages (default with --all: the whole store)."),
+           all_stages: bool = typer.Option(False, "--all", help="Every stage folder in results/_store."),
+           remove: bool = typer.Option(False, "--remove", help="Delete each bad stage folder, so Snakemake rebuilds it.")
+           ) -> None:
+    """Check stage folders against their manifests (the sha256 of every file); exit 1 on any mismatch."""
+    import shutil
+
+    from .manifest import problems, store_folders
+    from .plan import current_index, stage_dir
+    if (run is None) == (not all_stages):
+        fail("verify: name a run-id or pass --all")
+    if run is not None:
+        _name(run)
+        chain = current_index(STATE.root)["runs"].get(run, {}).get("chain")
+        if chain is None:
+            fail(f"verify: unknown run {run!r}")
+        folders = [STATE.root / stage_dir(s) for s in chain if (STATE.root / stage_dir(s)).is_dir()]
+    else:
+        folders = store_folders(STATE.root / "results/_store")
+    bad = {folder: problems(folder) for folder in folders}
+    bad = {folder: lines for folder, lines in bad.items() if lines}
+    for folder, lines in bad.items():
+        for line in lines:
+            out.print(f"corrupt: {line}", markup=False)
+        if remove:
+            shutil.rmtree(folder)
+            out.print(f"removed {folder.relative_to(STATE.root)}: rebuild it with snakemake", markup=False)
+    out.print(f"{len(folders)} stage folders checked, {len(bad)} bad", markup=False)
+    if bad and not remove:
+        raise typer.Exit(1)
 
 
 @app.command()
