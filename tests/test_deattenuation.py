@@ -122,17 +122,17 @@ def snap_cfg(default_cfg):
 
 
 def test_eval_records_k_snap_draws_and_negations_deterministically(snap_cfg, untrained_model):
-    from martingale.model.load import load
+    from martingale.model.backend import open_model
     from martingale.stages.common import make_world
     from martingale.stages.evaluate import evaluate_model
-    model, tok = load(untrained_model, snap_cfg["model"])
+    gen = open_model(untrained_model, snap_cfg["model"])
     _, heldout = make_world(snap_cfg["world"]).splits()
-    rows = evaluate_model(model, tok, None, snap_cfg, heldout)
+    rows = evaluate_model(gen, None, snap_cfg, heldout)
     assert all(len(r["snap_draws"]) == 3 and "stated_neg" in r for r in rows)
-    again = evaluate_model(model, tok, None, snap_cfg, heldout)
+    again = evaluate_model(gen, None, snap_cfg, heldout)
     assert [r["snap_draws"] for r in again] == [r["snap_draws"] for r in rows]
     samemode = dict(snap_cfg, elicit={"mode": "samemode", "judge": "trace", "cut": 0.5})
-    assert all("snap_draws" not in r for r in evaluate_model(model, tok, None, samemode, heldout))
+    assert all("snap_draws" not in r for r in evaluate_model(gen, None, samemode, heldout))
     bad = dict(snap_cfg, eval=dict(snap_cfg["eval"], prior_draws=-1))
     with pytest.raises(ValueError, match="prior_draws"):
-        evaluate_model(model, tok, None, bad, heldout)
+        evaluate_model(gen, None, bad, heldout)

@@ -1,16 +1,76 @@
 """Rewards as plain functions over a batch (TRL's shape): arrays in, one float per sample out.
 
-Inputs are the elicited prior and posterior, the stated P and the label y; NaN marks a sample
-whose number did not parse — its reward is NaN and the trainer gives it the worst advantage.
-Add a reward: write a function with this signature and register it in REWARDS.
+A reward registers itself with ``@reward(name, needs=..., params=...)``: ``needs`` are the batch
+inputs it reads (of ``INPUTS``: the elicited prior and posterior, the stated P, the label y), and
+its reward is NaN wherever one of them is NaN (a number that did not parse; the trainer gives that
+sample the worst advantage); ``params`` are the stage config keys bound as its keyword arguments.
+The schema allows exactly the registered names (``config.schema.choices``).
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
-Reward = Callable[..., np.ndarray]
+INPUTS = ("prior", "posterior", "stated", "y")
+
+
+@dataclass(frozen=True)
+class Reward:
+    """A registered reward: its batch function, the inputs it reads, the config keys it takes."""
+    name: str
+    fn: Callable[..., np.ndarray]
+    needs: tuple[str, ...]
+    params: tuple[str, ...]
+
+    def bind(self, stage_cfg: Mapping[str, Any]) -> Callable[..., np.ndarray]:
+        """The reward as a function of a batch (``score(prior=…, posterior=…, stated=…, y=…)``),
+        its parameters taken from the stage config; NaN wherever a needed input is NaN."""
+        missing = [p for p in self.params if p not in stage_cfg]
+        if missing:
+            raise ValueError(f"reward {self.name}: stage config has no {', '.join(missing)}")
+        kwargs = {p: stage_cfg[p] for p in self.params}
+
+        def score(**batch: Any) -> np.ndarray:
+            absent = [k for k in self.needs if k not in batch]
+            if absent:
+                raise TypeError(f"reward {self.name}: batch has no {', '.join(absent)}")
+            args = {k: np.asarray(batch[k], dtype=float) for k in self.needs}
+            with np.errstate(invalid="ignore"):
+                r = self.fn(**args, **kwargs)
+            bad = np.logical_or.reduce([np.isnan(args[k]) for k in self.needs])
+            return np.where(bad, np.nan, r)
+        return score
+
+
+REWARDS: dict[str, Reward] = {}
+
+
+def reward(name: str, needs: tuple[str, ...], params: tuple[str, ...] = ()):
+    """Register the decorated batch function as reward ``name`` (see the module docstring)."""
+    unknown = [k for k in needs if k not in INPUTS]
+    if not needs or unknown:
+        raise ValueError(f"reward {name}: needs must be some of {', '.join(INPUTS)}, got {needs}")
+
+    def register(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+        if name in REWARDS:
+            raise ValueError(f"reward {name}: already registered ({REWARDS[name].fn.__qualname__})")
+        REWARDS[name] = Reward(name, fn, tuple(needs), tuple(params))
+        return fn
+    return register
+
+
+def bind(name: str, stage_cfg: Mapping[str, Any]) -> Callable[..., np.ndarray]:
+    """Reward ``name`` bound to a stage config: a function of the batch (see ``Reward.bind``)."""
+    if name not in REWARDS:
+        raise ValueError(f"stages.*.reward: unknown reward {name!r} (known: {', '.join(REWARDS)})")
+    return REWARDS[name].bind(stage_cfg)
+
+
+def compute(name: str, prior, posterior, stated, y, cfg: Mapping[str, Any]) -> np.ndarray:
+    """Reward ``name`` of one batch, its parameters from ``cfg``; NaN where a needed input is NaN."""
+    return bind(name, cfg)(prior=prior, posterior=posterior, stated=stated, y=y)
 
 
 def _ols(x: np.ndarray, d: np.ndarray) -> tuple[float, float]:
@@ -22,8 +82,16 @@ def _ols(x: np.ndarray, d: np.ndarray) -> tuple[float, float]:
     return float(a), float(b)
 
 
-def martingale_A(prior, posterior, stated, y, cfg: dict[str, Any]) -> np.ndarray:
-    """A (label-free): −Δ·Δ̂(prior) − INFO_COEF·relu(INFO_EPS − |Δ|), Δ = posterior − prior.
+def _z(r: np.ndarray) -> np.ndarray:
+    """r standardised within the batch (NaN ignored); zeros when r has no spread."""
+    sd = np.nanstd(r)
+    return (r - np.nanmean(r)) / sd if sd > 0 else np.zeros_like(r)
+
+
+# A reads stated P only to be masked with it: an answer that states no P scores nothing.
+@reward("A", needs=("prior", "posterior", "stated"), params=("info_coef", "info_eps"))
+def martingale_A(prior, posterior, *, info_coef: float, info_eps: float, **_) -> np.ndarray:
+    """A (label-free): −Δ·Δ̂(prior) − info_coef·relu(info_eps − |Δ|), Δ = posterior − prior.
 
     Δ̂ is the in-batch OLS regressor of the update on the prior: the reward penalises the part of
     the update the prior predicts (driving MS → 0); the info term penalises not updating at all.
@@ -31,46 +99,25 @@ def martingale_A(prior, posterior, stated, y, cfg: dict[str, Any]) -> np.ndarray
     delta = posterior - prior
     a, b = _ols(prior, delta)
     predicted = a + b * prior
-    info = cfg["info_coef"] * np.maximum(0.0, cfg["info_eps"] - np.abs(delta))
+    info = info_coef * np.maximum(0.0, info_eps - np.abs(delta))
     return -delta * predicted - info
 
 
-def brier_B(prior, posterior, stated, y, cfg: dict[str, Any]) -> np.ndarray:
+@reward("B", needs=("stated", "y"))
+def brier_B(stated, y, **_) -> np.ndarray:
     """B (supervised): −(y − stated P)²."""
     return -((y - stated) ** 2)
 
 
-def _z(r: np.ndarray) -> np.ndarray:
-    sd = np.nanstd(r)
-    return (r - np.nanmean(r)) / sd if sd > 0 else np.zeros_like(r)
+@reward("C", needs=("prior", "posterior", "stated", "y"), params=("lam", "info_coef", "info_eps"))
+def combined_C(prior, posterior, stated, y, *, lam: float, info_coef: float, info_eps: float) -> np.ndarray:
+    """C: λ·z(A) + (1 − λ)·z(B), λ = lam, z = standardised within the batch."""
+    a = martingale_A(prior, posterior, info_coef=info_coef, info_eps=info_eps)
+    return lam * _z(a) + (1 - lam) * _z(brier_B(stated, y))
 
 
-def combined_C(prior, posterior, stated, y, cfg: dict[str, Any]) -> np.ndarray:
-    """C: λ·z(A) + (1 − λ)·z(B), z = standardised within the batch."""
-    lam = cfg["lam"]
-    return lam * _z(martingale_A(prior, posterior, stated, y, cfg)) + (1 - lam) * _z(
-        brier_B(prior, posterior, stated, y, cfg))
-
-
-def brier_prior_posterior_BP(prior, posterior, stated, y, cfg: dict[str, Any]) -> np.ndarray:
+# BP reads the posterior only to be masked with it, as A reads stated P.
+@reward("BP", needs=("prior", "posterior", "stated", "y"))
+def brier_prior_posterior_BP(prior, stated, y, **_) -> np.ndarray:
     """BP: −(y − prior)² − (y − stated P)² — calibrates both the early and the final belief."""
     return -((y - prior) ** 2) - (y - stated) ** 2
-
-
-REWARDS: dict[str, Reward] = {
-    "A": martingale_A,
-    "B": brier_B,
-    "C": combined_C,
-    "BP": brier_prior_posterior_BP,
-}
-
-
-def compute(name: str, prior, posterior, stated, y, cfg: dict[str, Any]) -> np.ndarray:
-    """The named reward; NaN wherever an input it depends on is NaN."""
-    args = [np.asarray(v, dtype=float) for v in (prior, posterior, stated, y)]
-    with np.errstate(invalid="ignore"):
-        r = REWARDS[name](*args, cfg)
-    bad = np.isnan(args[2])
-    if name != "B":
-        bad |= np.isnan(args[0]) | np.isnan(args[1])
-    return np.where(bad, np.nan, r)

@@ -2,18 +2,22 @@
 
 ``snap`` mode: prior = the stated P of a snap answer (no reasoning), posterior = the stated P of
 the reasoned trace — two different functionals (the mode gap). ``samemode``: one trace read by a
-judge at ``cut`` of its clues (prior) and at its end (posterior).
+judge at ``cut`` of its clues (prior) and at its end (posterior). Every model call goes through
+the run's generation backend (model.backend).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..model.generate import Batch, sample
 from ..world import traces as fmt
 from ..world.synthetic import Question
 from .parse import parse_p, parse_totals
-from .readers import READERS, ReadContext
+from .readers import READERS, ReadContext, get_reader
+
+if TYPE_CHECKING:
+    from ..model.backend import Backend
+    from ..model.generate import Batch
 
 
 @dataclass
@@ -30,15 +34,23 @@ class Rollout:
 
 
 def cut_index(world, elicit: dict[str, Any]) -> int:
+    """The clue count read as the prior in samemode: round(cut · clues)."""
     return int(round(float(elicit.get("cut", 0.5)) * world.n_clues))
 
 
-def rollout(model, tokenizer, questions: list[Question], ctx: ReadContext, elicit: dict[str, Any],
+def judge_needed(elicit: dict[str, Any]) -> bool:
+    """Whether a rollout with this elicit config reads through a judge model: in samemode, when
+    its reader (``elicit.judge``) says so; snap mode reads no judge."""
+    return elicit["mode"] == "samemode" and get_reader(elicit["judge"]).needs_judge
+
+
+def rollout(gen: "Backend", questions: list[Question], ctx: ReadContext, elicit: dict[str, Any],
             seed: int, temperature: float) -> Rollout:
+    """Sample each question's trace (and snap answer) with ``gen``; read prior and posterior."""
     world = ctx.world
     prompts = [fmt.prompt(q) for q in questions]
     prompts_think = [p + " think" for p in prompts]
-    trace = sample(model, tokenizer, prompts_think, 4 * world.n_clues + 6, temperature, seed)
+    trace = gen.sample(prompts_think, 4 * world.n_clues + 6, temperature, seed)
     texts = ["think " + t for t in trace.texts]
     trace.texts = texts
     stated = [parse_p(t) for t in texts]
@@ -49,12 +61,12 @@ def rollout(model, tokenizer, questions: list[Question], ctx: ReadContext, elici
     snap = None
     snap_p: list[float | None] = [None] * len(questions)
     if elicit["mode"] == "snap":
-        snap = sample(model, tokenizer, [p + " snap" for p in prompts], 4, temperature, seed + 1)
+        snap = gen.sample([p + " snap" for p in prompts], 4, temperature, seed + 1)
         snap.texts = ["snap " + t for t in snap.texts]
         snap_p = [parse_p(t) for t in snap.texts]
         prior, posterior = snap_p, stated
     elif elicit["mode"] == "samemode":
-        reader = READERS[elicit["judge"]]
+        reader = get_reader(elicit["judge"])
         prior = reader(ctx, questions, texts, k)
         posterior = reader(ctx, questions, texts, world.n_clues)
     else:

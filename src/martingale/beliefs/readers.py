@@ -1,7 +1,8 @@
 """Same-mode belief readers: the belief a reasoning trace has reached after its first k clues.
 
-A reader is ``fn(ctx, questions, traces, k) -> list[float | None]``. Add one by writing a
-function and registering it in READERS.
+A reader is ``fn(ctx, questions, traces, k) -> list[float | None]`` registered with
+``@reader(name, needs_judge=...)``; ``elicit.judge`` names one of ``READERS``, and a reader that
+needs a judge gets the run's judge model (a generation backend) in ``ctx.judge``.
 - ``self``: a judge model (the run's start model) continues ``<prompt> judge <trace cut at k> read P =``.
 - ``trace``: the running log-odds the trace itself writes at step k (exact, no extra model call).
 - ``oracle``: the exact Bayes belief after the first k clues — the world's answer, not the model's
@@ -16,30 +17,68 @@ from ..world import traces as fmt
 from ..world.synthetic import Question, SyntheticWorld
 from .parse import parse_p, parse_totals
 
+ReadFn = Callable[["ReadContext", list[Question], list[str], int], list[float | None]]
+
 
 @dataclass
 class ReadContext:
     world: SyntheticWorld
-    judge: Any = None            # (model, tokenizer) for the self reader
+    judge: Any = None            # the judge model's backend (model.backend), for readers that need one
     batch_size: int = 512
 
 
+@dataclass(frozen=True)
+class Reader:
+    """A registered reader: its function, and whether it reads through a judge model."""
+    name: str
+    fn: ReadFn
+    needs_judge: bool = False
+
+    def __call__(self, ctx: ReadContext, questions: list[Question], texts: list[str],
+                 k: int) -> list[float | None]:
+        if self.needs_judge and ctx.judge is None:
+            raise ValueError(f"elicit.judge={self.name}: this reader needs a judge model, none was loaded")
+        return self.fn(ctx, questions, texts, k)
+
+
+READERS: dict[str, Reader] = {}
+
+
+def reader(name: str, needs_judge: bool = False) -> Callable[[ReadFn], ReadFn]:
+    """Register the decorated function as reader ``name`` (see the module docstring)."""
+    def register(fn: ReadFn) -> ReadFn:
+        if name in READERS:
+            raise ValueError(f"reader {name}: already registered ({READERS[name].fn.__qualname__})")
+        READERS[name] = Reader(name, fn, needs_judge)
+        return fn
+    return register
+
+
+def get_reader(name: str) -> Reader:
+    """The reader ``elicit.judge`` names."""
+    if name not in READERS:
+        raise ValueError(f"elicit.judge: unknown reader {name!r} (known: {', '.join(READERS)})")
+    return READERS[name]
+
+
+@reader("self", needs_judge=True)
 def read_self(ctx: ReadContext, questions: list[Question], texts: list[str], k: int) -> list[float | None]:
-    from ..model.generate import greedy_next
-    model, tok = ctx.judge
+    """The judge's greedy one-token answer to ``… read P =`` after the trace cut at k."""
     # Only a trace that reached step k in the expected shape can be cut there.
     queries = [fmt.read_query(q, text, k) for q, text in zip(questions, texts)]
     todo = [i for i, s in enumerate(queries) if s is not None]
     out: list[float | None] = [None] * len(texts)
     for start in range(0, len(todo), ctx.batch_size):
         idx = todo[start:start + ctx.batch_size]
-        answers = greedy_next(model, tok, [queries[i] for i in idx], max_new_tokens=1)
+        answers = ctx.judge.greedy_next([queries[i] for i in idx], max_new_tokens=1)
         for i, a in zip(idx, answers):
             out[i] = parse_p("P = " + a.strip())
     return out
 
 
+@reader("trace")
 def read_trace(ctx: ReadContext, questions: list[Question], texts: list[str], k: int) -> list[float | None]:
+    """The belief of the running total the trace writes at step k."""
     out: list[float | None] = []
     for text in texts:
         totals = parse_totals(text)
@@ -47,12 +86,7 @@ def read_trace(ctx: ReadContext, questions: list[Question], texts: list[str], k:
     return out
 
 
+@reader("oracle")
 def read_oracle(ctx: ReadContext, questions: list[Question], texts: list[str], k: int) -> list[float | None]:
+    """The exact Bayes belief after the question's first k clues."""
     return [ctx.world.bayes(q, k) for q in questions]
-
-
-READERS: dict[str, Callable[..., list[float | None]]] = {
-    "self": read_self,
-    "trace": read_trace,
-    "oracle": read_oracle,
-}

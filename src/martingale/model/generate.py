@@ -1,4 +1,5 @@
-"""Sampling completions, greedy one-token reads, and completion log-probs for a batch of prompts."""
+"""Sampling completions, greedy one-token reads, and completion log-probs for a batch of prompts,
+with transformers in-process: the ``hf`` backend's implementation (model.backend.HFBackend)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

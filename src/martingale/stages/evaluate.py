@@ -28,27 +28,27 @@ DRAW_SEED_STRIDE = 1000   # re-draw j of the snap prior samples with seed + 1 + 
 NEGATION_SEED = 2         # negated questions sample with seed + 2 (the trace: seed, the snap prior: seed + 1)
 
 
-def snap_draws(model, tok, questions, k: int, seed: int, temperature: float) -> list[list[float | None]]:
+def snap_draws(gen, questions, k: int, seed: int, temperature: float) -> list[list[float | None]]:
     """K re-draws of each question's snap prior (the same prompt as beliefs.elicit.rollout's snap
-    answer), each with its own seed: per question, the K stated P (None = unparsed)."""
-    from ..model.generate import sample
+    answer) with backend ``gen``, each with its own seed: per question, the K stated P (None = unparsed)."""
     prompts = [fmt.prompt(q) + " snap" for q in questions]
     draws = []
     for j in range(k):
-        batch = sample(model, tok, prompts, 4, temperature, seed + 1 + DRAW_SEED_STRIDE * (j + 1))
+        batch = gen.sample(prompts, 4, temperature, seed + 1 + DRAW_SEED_STRIDE * (j + 1))
         draws.append([parse_p("snap " + t) for t in batch.texts])
     return [[_r(d[i]) for d in draws] for i in range(len(questions))]
 
 
-def negation_stated(model, tok, world, questions, seed: int, temperature: float) -> list[float | None]:
-    """The stated P of each question's negation (a reasoned trace on ``Q not ...``)."""
-    from ..model.generate import sample
+def negation_stated(gen, world, questions, seed: int, temperature: float) -> list[float | None]:
+    """The stated P of each question's negation (a reasoned trace on ``Q not ...``), backend ``gen``."""
     prompts = [fmt.prompt(q.negation()) + " think" for q in questions]
-    batch = sample(model, tok, prompts, 4 * world.n_clues + 6, temperature, seed + NEGATION_SEED)
+    batch = gen.sample(prompts, 4 * world.n_clues + 6, temperature, seed + NEGATION_SEED)
     return [_r(parse_p("think " + t)) for t in batch.texts]
 
 
-def evaluate_model(model, tok, judge, cfg: dict[str, Any], questions) -> list[dict[str, Any]]:
+def evaluate_model(gen, judge, cfg: dict[str, Any], questions) -> list[dict[str, Any]]:
+    """One record per question: the model's (backend ``gen``) beliefs, read with ``judge`` (a
+    backend, or None when the reader needs none), beside the trace's own and the oracle's."""
     from ..beliefs.elicit import cut_index, rollout
     from ..beliefs.readers import ReadContext
 
@@ -56,18 +56,18 @@ def evaluate_model(model, tok, judge, cfg: dict[str, Any], questions) -> list[di
     ctx = ReadContext(world=world, judge=judge)
     seed = int(cfg["seed"])
     temperature = float(cfg["eval"]["temperature"])
-    ro = rollout(model, tok, questions, ctx, cfg["elicit"], seed, temperature)
+    ro = rollout(gen, questions, ctx, cfg["elicit"], seed, temperature)
     k = cut_index(world, cfg["elicit"])
     n_draws = int(cfg["eval"].get("prior_draws", 0) or 0)
     if n_draws < 0:
         raise ValueError(f"eval.prior_draws: must be ≥ 0, got {n_draws}")
     draws = None
     if n_draws and cfg["elicit"]["mode"] == "snap":
-        draws = snap_draws(model, tok, questions, n_draws, seed, temperature)
+        draws = snap_draws(gen, questions, n_draws, seed, temperature)
     elif n_draws:
         log.warning("eval.prior_draws=%d ignored: the samemode prior is one judge read of one trace, "
                     "not a snap draw to repeat (de-attenuation needs elicit.mode=snap)", n_draws)
-    negs = negation_stated(model, tok, world, questions, seed, temperature) if cfg["eval"].get("negations") else None
+    negs = negation_stated(gen, world, questions, seed, temperature) if cfg["eval"].get("negations") else None
     rows = []
     for i, q in enumerate(questions):
         extra: dict[str, Any] = {}
@@ -91,16 +91,17 @@ def evaluate_model(model, tok, judge, cfg: dict[str, Any], questions) -> list[di
             per_seed=True)
 def run(cfg: dict[str, Any], model: Path, judge_model: Path, out_dir: Path) -> None:
     """cfg: world, model, elicit, eval, seed → out_dir/records.jsonl and out_dir/metrics.json."""
+    from ..beliefs.elicit import judge_needed
     from ..metrics import stage_metrics
-    from ..model.load import load
+    from ..model.backend import open_model
 
     seed = int(cfg["seed"])
     seed_everything(seed)
     world = make_world(cfg["world"])
     _, heldout = world.splits()
-    policy, tok = load(model, cfg["model"])
-    judge = load(judge_model, cfg["model"]) if cfg["elicit"].get("judge") == "self" else None
-    records = evaluate_model(policy, tok, judge, cfg, heldout)
+    gen = open_model(model, cfg["model"])
+    judge = open_model(judge_model, cfg["model"]) if judge_needed(cfg["elicit"]) else None
+    records = evaluate_model(gen, judge, cfg, heldout)
     metrics = stage_metrics(records, int(cfg["eval"]["n_bootstrap"]), float(cfg["eval"]["ci"]), seed)
     log.info("eval: %s", {k: metrics.get(k) for k in ("brier", "ms", "ms_trace", "parse_rate")})
     with io.atomic_dir(out_dir) as tmp:

@@ -1,22 +1,27 @@
 """Stage s1/s2/...: policy gradient over the model's own traces, LoRA, KL anchor to the start model.
 
 One step, read top to bottom: sample ``generations`` traces for each of ``batch_questions``
-questions → read prior and posterior (the run's elicit mode) → reward (rewards.REWARDS) →
+questions → read prior and posterior (the run's elicit mode) → reward (rewards.REWARDS, bound) →
 advantage = reward minus its question's group mean, divided by the batch sd, clipped → loss =
 per-token −A·log π + β·KL(π‖π_start) (k3 estimator, ≥ 0) → AdamW on the adapter. The adapter is
-merged at the end so the next stage starts from this one's model.
+merged at the end so the next stage starts from this one's model. Sampling, judge reads and
+log-probs go through the run's generation backend (model.backend) wrapping the LoRA policy.
 """
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from .. import io, rewards
 from . import stage_kind
 from .common import StageError, log, make_world, seed_everything
+
+if TYPE_CHECKING:
+    import torch
 
 FILTER_QUANTILE = {"top-half": 0.5, "top-quartile": 0.75}
 
@@ -52,12 +57,12 @@ def policy_loss(logp: torch.Tensor, ref_logp: torch.Tensor, adv: torch.Tensor, m
     return (per_token * mask).sum() / denom, (k3 * mask).sum() / denom
 
 
-def select_questions(model, tok, questions, ctx, elicit, stage: dict[str, Any], seed: int):
+def select_questions(gen, questions, ctx, elicit, stage: dict[str, Any], seed: int):
     """The ``filter`` option: keep the questions where the start model's |Δ| is in the top quantile."""
     from ..beliefs.elicit import rollout
     if stage["filter"] is None:
         return questions, None
-    ro = rollout(model, tok, questions, ctx, elicit, seed, float(stage["temperature"]))
+    ro = rollout(gen, questions, ctx, elicit, seed, float(stage["temperature"]))
     delta = np.array([abs(b - a) if a is not None and b is not None else np.nan
                       for a, b in zip(ro.prior, ro.posterior)])
     cut = np.nanquantile(delta, FILTER_QUANTILE[stage["filter"]])
@@ -69,88 +74,133 @@ def _as_array(xs) -> np.ndarray:
     return np.array([np.nan if v is None else v for v in xs], dtype=float)
 
 
+@dataclass
+class Policy:
+    """The policy being trained: the peft model, the backend generating with it, its optimiser."""
+    model: Any
+    gen: Any
+    opt: Any
+    params: list
+
+
+def lora_policy(start, stage: dict[str, Any], model_cfg: dict[str, Any]) -> Policy:
+    """A LoRA adapter on the start backend's model (an in-process torch model), wrapped in the
+    same backend so the rollouts sample from the policy; AdamW on the adapter."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    r = int(stage["lora_r"])
+    model = get_peft_model(start.model, LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.0,
+                                                   target_modules=list(model_cfg["lora_targets"])))
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=float(stage["lr"]), weight_decay=0.0)
+    return Policy(model, type(start)(model, start.tokenizer), opt, params)
+
+
+def rollout_loss(policy: Policy, ro, adv: torch.Tensor, beta: float):
+    """policy_loss averaged over the rollout's batches (the trace; the snap answer in snap mode),
+    the reference log-probs from the same model with its adapter off. Returns (loss, mean k3)."""
+    import torch
+    loss, kl = 0.0, 0.0
+    batches = [ro.trace] + ([ro.snap] if ro.snap is not None else [])
+    for b in batches:
+        logp = policy.gen.token_logprobs(b)
+        with torch.no_grad(), policy.model.disable_adapter():
+            ref = policy.gen.token_logprobs(b)
+        part_loss, part_kl = policy_loss(logp, ref, adv, b.completion_mask.float(), beta)
+        loss, kl = loss + part_loss / len(batches), kl + part_kl.detach() / len(batches)
+    return loss, kl
+
+
+def step_loss(policy: Policy, score: Callable[..., np.ndarray], qs, group: np.ndarray, ctx,
+              elicit: dict[str, Any], stage: dict[str, Any], seed: int):
+    """Roll the policy out on ``qs`` (``group``: each sample's question), reward, advantages, loss.
+    Returns (loss, mean k3, rewards, stated P, y)."""
+    import torch
+
+    from ..beliefs.elicit import rollout
+    policy.model.eval()
+    ro = rollout(policy.gen, qs, ctx, elicit, seed, float(stage["temperature"]))
+    y = np.array([q.y for q in qs], dtype=float)
+    rew = score(prior=_as_array(ro.prior), posterior=_as_array(ro.posterior),
+                stated=_as_array(ro.stated), y=y)
+    adv = torch.tensor(advantages(rew, group, float(stage["adv_clip"])), dtype=torch.float32)
+    policy.model.train()
+    loss, kl = rollout_loss(policy, ro, adv, float(stage["kl_beta"]))
+    return loss, kl, rew, _as_array(ro.stated), y
+
+
+def update(policy: Policy, loss: torch.Tensor) -> None:
+    """One AdamW step on the adapter, gradients clipped to norm 1."""
+    import torch
+    policy.opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(policy.params, 1.0)
+    policy.opt.step()
+
+
+def step_row(loss, kl, rew: np.ndarray, stated: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+    """A step's history row: loss, KL, mean reward, parse rate and Brier of the stated P."""
+    return {"loss": round(float(loss), 6), "kl": round(float(kl), 6),
+            "reward": round(float(np.nanmean(rew)), 6) if np.isfinite(rew).any() else None,
+            "parse_rate": round(float(np.isfinite(stated).mean()), 4),
+            "brier": round(float(np.nanmean((y - stated) ** 2)), 6) if np.isfinite(stated).any() else None}
+
+
 @stage_kind("train", "step", keys=("world", "model", "elicit"), inputs=("start_model", "judge_model"),
             per_seed=True)
 def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path) -> None:
     """cfg: world, model, elicit, stage, seed → out_dir/model (adapter merged), train.jsonl, stage.json."""
     import torch
-    from peft import LoraConfig, get_peft_model
 
-    from ..beliefs.elicit import Rollout, rollout
+    from ..beliefs.elicit import judge_needed
     from ..beliefs.readers import ReadContext
-    from ..model.generate import token_logprobs
-    from ..model.load import load, save
+    from ..model.backend import open_model
+    from ..model.load import save
 
     stage, elicit, seed = cfg["stage"], cfg["elicit"], int(cfg["seed"])
     name = f"train stage ({stage['reward']} reward)"
-    if stage["reward"] not in rewards.REWARDS:
-        raise StageError(f"stages.*.reward: unknown reward {stage['reward']!r} "
-                         f"(known: {', '.join(rewards.REWARDS)})")
+    try:
+        score = rewards.bind(stage["reward"], stage)   # an unknown reward, a missing parameter
+    except ValueError as e:
+        raise StageError(str(e)) from None
     seed_everything(seed)
     world = make_world(cfg["world"])
     train_q, _ = world.splits()
     if stage["balance"]:
         train_q = train_q + [q.negation() for q in train_q]
-    base, tok = load(start_model, cfg["model"])
-    judge = load(judge_model, cfg["model"]) if elicit.get("judge") == "self" else None
+    start = open_model(start_model, cfg["model"])
+    judge = open_model(judge_model, cfg["model"]) if judge_needed(elicit) else None
     ctx = ReadContext(world=world, judge=judge)
-    train_q, filter_info = select_questions(base, tok, train_q, ctx, elicit, stage, seed)
+    train_q, filter_info = select_questions(start, train_q, ctx, elicit, stage, seed)
     if filter_info:
         log.info("%s filter: %s", name, filter_info)
 
-    r = int(stage["lora_r"])
-    policy = get_peft_model(base, LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.0,
-                                             target_modules=list(cfg["model"]["lora_targets"])))
-    params = [p for p in policy.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=float(stage["lr"]), weight_decay=0.0)
+    policy = lora_policy(start, stage, cfg["model"])
     order_rng = np.random.default_rng([seed, 11])
     B, G = int(stage["batch_questions"]), int(stage["generations"])
     history: list[dict[str, Any]] = []
     step, t0 = 0, time.time()
     for epoch in range(int(stage["epochs"])):
         perm = order_rng.permutation(len(train_q))
-        for start in range(0, len(perm) - B + 1, B):
-            qs = [train_q[i] for i in perm[start:start + B] for _ in range(G)]
-            group = np.repeat(np.arange(B), G)
-            policy.eval()
-            ro: Rollout = rollout(policy, tok, qs, ctx, elicit, seed * 100_003 + step,
-                                  float(stage["temperature"]))
-            y = np.array([q.y for q in qs], dtype=float)
-            rew = rewards.compute(stage["reward"], _as_array(ro.prior), _as_array(ro.posterior),
-                                  _as_array(ro.stated), y, stage)
-            adv = torch.tensor(advantages(rew, group, float(stage["adv_clip"])), dtype=torch.float32)
-            policy.train()
-            loss, kl = 0.0, 0.0
-            batches = [ro.trace] + ([ro.snap] if ro.snap is not None else [])
-            for b in batches:
-                logp = token_logprobs(policy, b)
-                with torch.no_grad(), policy.disable_adapter():
-                    ref = token_logprobs(policy, b)
-                part_loss, part_kl = policy_loss(logp, ref, adv, b.completion_mask.float(),
-                                                 float(stage["kl_beta"]))
-                loss, kl = loss + part_loss / len(batches), kl + part_kl.detach() / len(batches)
+        for first in range(0, len(perm) - B + 1, B):
+            qs = [train_q[i] for i in perm[first:first + B] for _ in range(G)]
+            loss, kl, rew, stated, y = step_loss(policy, score, qs, np.repeat(np.arange(B), G), ctx,
+                                                 elicit, stage, seed * 100_003 + step)
             if not torch.isfinite(loss):
                 raise StageError(f"{name}: loss is {float(loss)} at step {step} "
                                  f"(lr {stage['lr']}, kl_beta {stage['kl_beta']}): stopping")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
-            stated = _as_array(ro.stated)
-            row = {"step": step, "epoch": epoch, "loss": round(float(loss), 6), "kl": round(float(kl), 6),
-                   "reward": round(float(np.nanmean(rew)), 6) if np.isfinite(rew).any() else None,
-                   "parse_rate": round(float(np.isfinite(stated).mean()), 4),
-                   "brier": round(float(np.nanmean((y - stated) ** 2)), 6) if np.isfinite(stated).any() else None}
-            history.append(row)
+            update(policy, loss)
+            history.append({"step": step, "epoch": epoch, **step_row(loss, kl, rew, stated, y)})
             if step % 20 == 0:
-                log.info("%s step %d %s (%.0fs)", name, step, row, time.time() - t0)
+                log.info("%s step %d %s (%.0fs)", name, step, history[-1], time.time() - t0)
             step += 1
     if step == 0:
         raise StageError(f"{name}: no training step ran ({len(train_q)} questions < "
                          f"batch_questions {B})")
-    merged = policy.merge_and_unload()
+    merged = policy.model.merge_and_unload()
     with io.atomic_dir(out_dir) as tmp:
-        save(merged, tok, tmp)
+        save(merged, start.tokenizer, tmp)
         io.write_jsonl(tmp / "train.jsonl", history)
         io.write_json(tmp / "stage.json", {"kind": "train", "reward": stage["reward"],
                                            "steps": step, "filter": filter_info})

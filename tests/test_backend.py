@@ -1,0 +1,64 @@
+"""The generation backend protocol: ``model.backend`` names a registered backend (only ``hf`` for
+now: ``vllm`` is refused at check time), the registry is light to import, and the HF backend is
+the in-process transformers path the stages generate, read and score through."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from martingale.cli import app
+from martingale.config.runs import RunError, RunTree
+from martingale.config.schema import choices
+from martingale.model.backend import BACKENDS, Backend, HFBackend, backend_class, open_model
+
+from projcopy import proj, write_run  # noqa: F401 (proj: fixture)
+
+
+def test_hf_is_the_only_backend_and_the_only_allowed_value():
+    assert BACKENDS == {"hf": HFBackend}
+    assert choices()["model.backend"] == ("hf",)
+
+
+def test_a_run_asking_for_vllm_is_refused_in_one_line_naming_the_key(proj):
+    write_run(proj, "v.yaml", "parent: base\nknob: model.backend=vllm\n")
+    with pytest.raises(RunError) as info:
+        RunTree.load(proj / "conf")
+    msg = str(info.value)
+    assert msg.startswith("conf/runs/v.yaml: model.backend: ") and "'vllm' is not one of: hf" in msg
+    assert "\n" not in msg
+    res = CliRunner().invoke(app, ["--root", str(proj), "check"])
+    assert res.exit_code == 1
+    assert res.output.strip().startswith("error: conf/runs/v.yaml: model.backend: ")
+    assert len(res.output.strip().splitlines()) == 1
+
+
+def test_an_unknown_backend_name_is_named_when_opening_a_model():
+    with pytest.raises(ValueError, match="model.backend: unknown backend 'vllm' \\(known: hf\\)"):
+        backend_class({"backend": "vllm"})
+
+
+def test_the_registry_and_the_schema_choices_import_no_heavy_library():
+    code = ("import sys; from martingale.config.schema import choices; choices(); "
+            "import martingale.model.backend, martingale.rewards, martingale.beliefs.readers; "
+            "heavy = [m for m in ('torch', 'transformers', 'peft', 'trl', 'datasets') if m in sys.modules]; "
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_hf_backend_samples_reads_and_scores_through_the_protocol(default_cfg, untrained_model):
+    import torch
+
+    from martingale.model import generate
+    gen = open_model(untrained_model, default_cfg["model"])
+    assert isinstance(gen, HFBackend) and isinstance(gen, Backend)
+    prompts = ["Q c1 c2 think", "Q c3 think"]
+    a = gen.sample(prompts, 5, 1.0, seed=3)
+    b = generate.sample(gen.model, gen.tokenizer, prompts, 5, 1.0, 3)
+    assert a.texts == b.texts and torch.equal(a.input_ids, b.input_ids)      # the same seeded draw
+    logp = gen.token_logprobs(a)
+    assert logp.shape == a.input_ids.shape
+    assert (logp[a.completion_mask == 0] == 0).all() and (logp[a.completion_mask == 1] < 0).all()
+    assert len(gen.greedy_next(prompts, max_new_tokens=1)) == 2
