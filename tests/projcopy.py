@@ -1,9 +1,17 @@
-"""Helpers for the orchestrator tests: a throw-away copy of the project per test, and snapshots.
+"""Helpers for the orchestrator tests: the frozen fixture campaign, a throw-away project per test,
+and snapshots.
+
+Every plan, CLI, table, page, workflow, SLURM and end-to-end test reads the frozen campaign in
+tests/fixtures/conf (a snapshot of conf/: config.yaml, the groups, claims.yaml, runs/*.yaml), never
+the repository's conf/: a user adding or removing a run file in conf/runs changes no test. The
+live conf/ is only checked for validity (tests/test_cli.py). Counts of runs and stages are derived
+from the fixture (run_files, the plan), not typed in.
 
 (Kept out of conftest.py so the stage tests' fixtures stay there; import what you need.)
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -11,22 +19,57 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# A read-only project root holding only the frozen conf/: for tests that plan, load or show without
+# writing (Plan.load, RunTree.load, `martingale check/show/diff/plan`). Tests that write use `proj`.
+FIXTURE = REPO / "tests" / "fixtures"
+
+
+def run_files(root: Path) -> list[Path]:
+    """The run files of a project's conf/runs, by name."""
+    runs = root / "conf" / "runs"
+    return sorted([*runs.glob("*.yaml"), *runs.glob("*.yml")])
+
+
+def make_project(root: Path, code: tuple[str, ...] = ("workflow",), config: str = "",
+                 runs: dict[str, str] | None = None) -> Path:
+    """A project at root: the fixture's conf/, the repository's Snakefile and its code folders
+    (workflow/, and profiles/ if asked), `config` appended to conf/config.yaml (e.g. a smoke
+    scale), and extra run files {name: text}."""
+    root.mkdir(parents=True)
+    shutil.copytree(FIXTURE / "conf", root / "conf")
+    for d in code:
+        shutil.copytree(REPO / d, root / d)
+    shutil.copy(REPO / "Snakefile", root / "Snakefile")
+    if config:
+        with open(root / "conf" / "config.yaml", "a", encoding="utf-8") as f:
+            f.write(config)
+    for name, text in (runs or {}).items():
+        write_run(root, name, text)
+    return root
 
 
 @pytest.fixture
 def proj(tmp_path: Path) -> Path:
-    """A copy of conf/ + Snakefile + workflow/ under tmp_path; tests may write there."""
-    root = tmp_path / "proj"
-    root.mkdir()
-    shutil.copytree(REPO / "conf", root / "conf")
-    shutil.copytree(REPO / "workflow", root / "workflow")
-    shutil.copy(REPO / "Snakefile", root / "Snakefile")
-    return root
+    """A copy of the fixture conf/ + Snakefile + workflow/ under tmp_path; tests may write there."""
+    return make_project(tmp_path / "proj")
 
 
 def write_run(root: Path, name: str, text: str) -> Path:
     path = root / "conf" / "runs" / name
     path.write_text(text, encoding="utf-8")
+    return path
+
+
+def write_eval(root: Path, run_id: str, stages: dict, **extra) -> Path:
+    """results/<run>/eval.json as the aggregate leaves it for the run as configured now (its knob
+    and config hash, so the table calls it done, not stale) with these per-stage metrics."""
+    from martingale.config.runs import RunTree
+    from martingale.plan import config_hash
+    tree = RunTree.load(root / "conf")
+    path = root / "results" / run_id / "eval.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"knob": tree.specs[run_id].knob, "config_hash": config_hash(tree.resolved_config(run_id)),
+                                "stages": stages, **extra}))
     return path
 
 

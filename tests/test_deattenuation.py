@@ -121,6 +121,7 @@ def snap_cfg(default_cfg):
     return cfg
 
 
+@pytest.mark.slow
 def test_eval_records_k_snap_draws_and_negations_deterministically(snap_cfg, untrained_model):
     from martingale.model.backend import open_model
     from martingale.stages.common import make_world

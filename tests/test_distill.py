@@ -1,10 +1,13 @@
 """Stage distill (TRL SFTTrainer): writes a loadable merged model + stage.json, same seed → same weights."""
 import json
 
+import pytest
+
 from martingale.model.load import load
 from martingale.stages import distill
 
 
+@pytest.mark.slow   # two SFT runs (~15 s)
 def test_distill_writes_a_merged_model_and_is_deterministic(tmp_path, default_cfg, untrained_model):
     cfg = {"world": default_cfg["world"], "model": default_cfg["model"],
            "distill": {**default_cfg["distill"], "steps": 3, "batch_size": 4}}

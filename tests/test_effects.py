@@ -216,6 +216,7 @@ LINEAGE = [{"run_id": "filter-twostage", "parent": None, "knob": None},
 CFG = {"eval": {"n_bootstrap": 100, "ci": 0.95}}
 
 
+@pytest.mark.slow
 def test_aggregate_writes_the_knobs_effect_per_stage_and_the_headline(tmp_path):
     child, parent = _evals(tmp_path, "c", STAGES_CHILD, [42]), _evals(tmp_path, "p", STAGES_PARENT, [42])
     out = tmp_path / "results/filter-s2only"
@@ -237,6 +238,7 @@ def test_aggregate_writes_the_knobs_effect_per_stage_and_the_headline(tmp_path):
         f"{n}.png" for n in ("prior_posterior", "delta_vs_prior", "reliability", "brier_ms_by_stage", "effect_forest"))
 
 
+@pytest.mark.slow
 def test_aggregate_is_byte_identical_when_run_twice(tmp_path):
     child, parent = _evals(tmp_path, "c", STAGES_CHILD, [42]), _evals(tmp_path, "p", STAGES_PARENT, [42])
     a, b = tmp_path / "a", tmp_path / "b"
@@ -246,6 +248,7 @@ def test_aggregate_is_byte_identical_when_run_twice(tmp_path):
         assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
 
 
+@pytest.mark.slow
 def test_replicates_get_per_seed_effects_the_spread_and_counts(tmp_path):
     child = _evals(tmp_path, "c", STAGES_CHILD, [41, 42, 43])
     parent = _evals(tmp_path, "p", STAGES_PARENT, [42])           # a seeds knob: the parent has one seed

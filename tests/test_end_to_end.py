@@ -1,21 +1,26 @@
 """The whole chain, for real, at smoke scale: snakemake builds filter-s2only (pretrain → D → s1 BP
 → s2 martingale → eval of every stage → aggregate) in a copy of the project, then the table.
 
-Smoke scale = the repo's conf/ with small sizes appended to config.yaml; every stage body, the
-HF loaders, peft and the Snakefile are the real ones.
+Smoke scale = the frozen fixture campaign (tests/fixtures/conf) with small sizes appended to
+config.yaml; every stage body, the HF loaders, peft and the Snakefile are the real ones. A test
+that edits the built project restores what it edits, or works on its own copy: no test depends on
+the order the tests run in.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
+import shutil
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from projcopy import REPO
+from projcopy import make_project
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
@@ -41,17 +46,36 @@ def smk(root: Path, *args: str) -> subprocess.CompletedProcess:
                           env=ENV)
 
 
+@contextmanager
+def edited(path: Path, text: str):
+    """path holds text inside the block; its bytes and mtime are restored after (even on failure),
+    so Snakemake sees no change once the block is left."""
+    original, st = path.read_bytes(), path.stat()
+    path.write_text(text, encoding="utf-8")
+    try:
+        yield path
+    finally:
+        path.write_bytes(original)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def stated_in_both(built: Path, child_dir: str, parent_dir: str) -> int:
+    """Questions (qid) evaluated in both eval folders with a parseable stated P in both."""
+    def stated(d: str) -> dict:
+        rows = [json.loads(line) for line in (built / d / "records.jsonl").read_text().splitlines()]
+        return {r["qid"]: r.get("stated") for r in rows}
+
+    def parsed(p) -> bool:
+        return isinstance(p, (int, float)) and not math.isnan(p)
+
+    child, parent = stated(child_dir), stated(parent_dir)
+    return sum(1 for q, p in child.items() if q in parent and parsed(p) and parsed(parent[q]))
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
     """A smoke-scale project where `snakemake results/filter-s2only/eval.json` has run once."""
-    import shutil
-    root = tmp_path_factory.mktemp("e2e") / "proj"
-    root.mkdir()
-    for d in ("conf", "workflow"):
-        shutil.copytree(REPO / d, root / d)
-    shutil.copy(REPO / "Snakefile", root / "Snakefile")
-    with open(root / "conf" / "config.yaml", "a", encoding="utf-8") as f:
-        f.write(SMOKE)
+    root = make_project(tmp_path_factory.mktemp("e2e") / "proj", config=SMOKE)
     res = smk(root, "results/filter-s2only/eval.json")
     assert res.returncode == 0, res.stderr[-4000:]
     return root
@@ -75,6 +99,10 @@ def _number_or_reason(block: dict, key: str) -> None:
 
 
 def test_filter_s2only_shows_its_knobs_paired_effect_against_filter_twostage(built):
+    from martingale.plan import Plan
+    plan = Plan.load(built)
+    dirs = {run: {(e["stage"], e["seed"]): e["dir"] for e in plan.evals(run)}
+            for run in ("filter-s2only", "filter-twostage")}
     ev = json.loads((built / "results/filter-s2only/eval.json").read_text())
     assert ev["effect"]["parent"] == "filter-twostage" and ev["effect"]["knob"] == "stages.s1.filter=null"
     for name, stage in ev["stages"].items():
@@ -88,7 +116,9 @@ def test_filter_s2only_shows_its_knobs_paired_effect_against_filter_twostage(bui
             _number_or_reason(brier, key)
         for key in ("child", "parent", "delta", "ci", "p_perm"):
             _number_or_reason(ms, key)
-        assert brier["n"] == stage["effect"]["brier"]["n"] <= 48
+        # ΔBrier pairs the questions where child and parent both stated a parseable P
+        n_stated = stated_in_both(built, dirs["filter-s2only"][(name, 42)], dirs["filter-twostage"][(name, 42)])
+        assert brier["n"] == n_stated <= eff["n_paired"], name
         if name == "s0":    # D, evaluated once for both: the same eval, so Δ ≡ 0
             assert eff["same_eval_stage"]
             assert brier["delta"] in (0, None) and ms["delta"] in (0, None)
@@ -143,30 +173,31 @@ def test_a_sibling_run_reuses_the_shared_prefix(built):
 def test_a_knob_edit_reruns_exactly_the_stages_it_affects(built):
     # filter-twostage's knob feeds filter-s2only's s2 only: s1 (BP, unfiltered) and D stay cached.
     path = built / "conf/runs/filter-twostage.yaml"
-    original = path.read_text()
-    try:
-        path.write_text(original.replace("stages.s2.filter=top-quartile", "stages.s2.filter=top-half"))
+    with edited(path, path.read_text().replace("stages.s2.filter=top-quartile", "stages.s2.filter=top-half")):
         res = smk(built, "-n", "results/filter-s2only/eval.json", "--quiet", "rules")
-        counts = dict(re.findall(r"^(\w+)\s+(\d+)$", res.stdout + res.stderr, re.M))
-        # filter-s2only's s2, and the parent's own s2: the aggregate pairs the run with its parent.
-        assert counts == {"aggregate": "1", "evaluate": "2", "total": "5", "train": "2"}, res.stdout
-    finally:
-        path.write_text(original)
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", res.stdout + res.stderr, re.M))
+    # filter-s2only's s2, and the parent's own s2: the aggregate pairs the run with its parent.
+    assert counts == {"aggregate": "1", "evaluate": "2", "total": "5", "train": "2"}, res.stdout
 
 
 def test_a_failing_stage_logs_its_error_and_the_table_marks_the_run_crashed(built):
-    (built / "conf/runs/nan-kl.yaml").write_text("parent: filter-s2only\nknob: stages.s2.kl_beta=nan\n")
+    # a valid knob whose s2 cannot run: more questions per batch than the filtered s2 has at smoke scale
+    from martingale.plan import Plan
+    run_file = built / "conf/runs/big-batch.yaml"
+    run_file.write_text("parent: filter-s2only\nknob: stages.s2.batch_questions=1000\n")
     try:
-        res = smk(built, "--keep-going", "results/nan-kl/eval.json")
+        plan = Plan.load(built)
+        s2 = next(r.model_stage for r in plan.run_stages("big-batch") if r.stage == "s2")
+        res = smk(built, "--keep-going", "results/big-batch/eval.json")
         assert res.returncode != 0
-        logs = [p for p in (built / "logs/train").glob("*.log") if "loss is nan" in p.read_text()]
-        assert len(logs) == 1 and "StageError" in logs[0].read_text()
-        assert not (built / "results/nan-kl").exists()
+        log = (built / "logs" / plan.stages[s2].kind / f"{s2}.log").read_text()
+        assert "no training step ran" in log and "StageError" in log
+        assert not (built / "results/big-batch").exists()
         from martingale.table import build_table
         states = {r["run_id"]: r["state"] for r in build_table(built)}
-        assert states["nan-kl"] == "crashed" and states["filter-s2only"] == "done"
+        assert states["big-batch"] == "crashed" and states["filter-s2only"] == "done"
     finally:
-        (built / "conf/runs/nan-kl.yaml").unlink()
+        run_file.unlink()
 
 
 TABLE_FILES = ("runs.json", "RUNS.md", "runs.html")
@@ -178,20 +209,16 @@ def test_snakemake_runs_json_writes_the_three_table_files_and_regenerates_byte_i
     first = {name: (built / name).read_bytes() for name in TABLE_FILES}
     rows = {r["run_id"]: r for r in json.loads(first["runs.json"])}
     assert schema_errors(list(rows.values())) == []
-    assert rows["filter-s2only"]["state"] == "done" and rows["A-on-D"]["state"] == "queued"
+    assert rows["filter-s2only"]["state"] == "done" and rows["twostage-v2-k3"]["state"] == "queued"  # never built here
     assert rows["filter-s2only"]["landed"] and rows["filter-s2only"]["replicates"] == 1
     ev = json.loads((built / "results/filter-s2only/eval.json").read_text())
     assert rows["filter-s2only"]["effect"] == ev["effect"]["headline"]   # null if no stage has a ΔBrier
     assert "| filter-s2only | filter-twostage | stages.s1.filter=null | tiny | done | s2 |" in first["RUNS.md"].decode()
     assert b'"run_id":"filter-s2only"' in first["runs.html"]
     base = built / "conf/runs/base.yaml"           # a run file edited without changing any row:
-    original = base.read_text()                    # the step reruns and writes the same bytes
-    base.write_text(original + "# a comment\n")
-    try:
+    with edited(base, base.read_text() + "# a comment\n"):   # the step reruns, writes the same bytes
         res = smk(built, "runs.json")
-        assert res.returncode == 0 and "Updated input files: conf/runs/base.yaml" in res.stdout + res.stderr
-    finally:
-        base.write_text(original)
+    assert res.returncode == 0 and "Updated input files: conf/runs/base.yaml" in res.stdout + res.stderr
     subprocess.run([str(Path(sys.executable).with_name("martingale")), "--root", str(built), "table"],
                    check=True, capture_output=True)
     assert {name: (built / name).read_bytes() for name in TABLE_FILES} == first
@@ -238,21 +265,49 @@ def test_same_seed_gives_byte_identical_records(built, tmp_path):
     assert read_json(tmp_path / "s2/stage.json")["steps"] > 0
 
 
-def test_zz_vanished_results_fail_the_table_step_until_the_run_is_marked_invalid(built):
-    """Last in the module: it deletes a built run's results."""
-    assert smk(built, "runs.json").returncode == 0
-    before = {name: (built / name).read_bytes() for name in TABLE_FILES}
-    (built / "results/filter-s2only/eval.json").unlink()
-    res = smk(built, "runs.json")
+def test_vanished_results_fail_the_table_step_until_the_run_is_marked_invalid(built, tmp_path):
+    # on a copy of the built project (mtimes kept): deleting a run's results leaves `built` whole
+    proj = Path(shutil.copytree(built, tmp_path / "proj", symlinks=True, ignore=shutil.ignore_patterns("wandb")))
+    assert smk(proj, "runs.json").returncode == 0
+    before = {name: (proj / name).read_bytes() for name in TABLE_FILES}
+    (proj / "results/filter-s2only/eval.json").unlink()
+    res = smk(proj, "runs.json")
     assert res.returncode != 0
-    log = (built / "logs/runs_table.log").read_text()
+    log = (proj / "logs/runs_table.log").read_text()
     assert "results/filter-s2only/eval.json vanished: mark the run `invalid" in log
-    assert {name: (built / name).read_bytes() for name in TABLE_FILES} == before
-    run_file = built / "conf/runs/filter-s2only.yaml"
+    assert {name: (proj / name).read_bytes() for name in TABLE_FILES} == before
+    run_file = proj / "conf/runs/filter-s2only.yaml"
     run_file.write_text(run_file.read_text() + 'invalid: "eval.json lost in a disk clean-up"\n')
-    assert smk(built, "runs.json").returncode == 0
-    rows = {r["run_id"]: r for r in json.loads((built / "runs.json").read_text())}
+    assert smk(proj, "runs.json").returncode == 0
+    rows = {r["run_id"]: r for r in json.loads((proj / "runs.json").read_text())}
     assert rows["filter-s2only"]["state"] == "invalid"
-    excluded = (built / "RUNS.md").read_text().split("## Excluded")[1]
+    excluded = (proj / "RUNS.md").read_text().split("## Excluded")[1]
     assert "| filter-s2only | filter-twostage | stages.s1.filter=null |" in excluded
     assert "eval.json lost in a disk clean-up |" in excluded
+
+
+def test_one_call_builds_two_runs_and_the_table_shows_both_done(built):
+    """`snakemake A B runs.json` regenerates the table after both aggregates, not before them."""
+    res = smk(built, "results/A-on-D/eval.json", "results/D/eval.json", "runs.json")
+    assert res.returncode == 0, res.stderr[-4000:]
+    rows = {r["run_id"]: r for r in json.loads((built / "runs.json").read_text())}
+    assert rows["A-on-D"]["state"] == "done" and rows["D"]["state"] == "done"
+
+
+def test_a_knob_that_adds_a_stage_is_headlined_by_its_stage_against_the_parents_final(built):
+    """A-on-D adds s1 (reward A) to D: the headline is A-on-D's s1 against D's s0, paired."""
+    if not (built / "results/A-on-D/eval.json").exists():
+        assert smk(built, "results/A-on-D/eval.json").returncode == 0
+    ev = json.loads((built / "results/A-on-D/eval.json").read_text())
+    final = ev["effect"]["final"]
+    assert ev["effect"]["compares"] == "s1 vs parent s0" and not final["same_eval_stage"]
+    assert final["n_paired"] == 48 and "effect" not in ev["stages"]["s1"]
+    for key in ("delta", "ci", "p_t", "p_wilcoxon"):
+        _number_or_reason(final["brier"], key)
+    for key in ("delta", "ci", "p_perm"):
+        _number_or_reason(final["ms"], key)
+    head = ev["effect"]["headline"]
+    if head is not None:
+        assert head["compares"] == "s1 vs parent s0" and head["brier_delta"] == final["brier"]["delta"]
+    else:
+        assert final["brier"]["delta"] is None, "a defined final effect must be the headline"

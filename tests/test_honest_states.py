@@ -45,3 +45,18 @@ def test_an_unreadable_eval_json_is_corrupt_and_the_table_step_fails_writing_not
     with pytest.raises(TableError, match="results/A-on-D/eval.json: unreadable"):
         write_table(proj)
     assert not (proj / "runs.json").exists()
+
+
+def test_status_explains_a_stale_run_and_a_stale_lock(proj):
+    from typer.testing import CliRunner
+
+    from martingale.cli import app
+    built(proj, "A-on-D")
+    run_file = proj / "conf/runs/A-on-D.yaml"
+    run_file.write_text(run_file.read_text().replace("stages.s1.reward=A", "stages.s1.reward=B"))
+    (proj / ".snakemake/locks").mkdir(parents=True)
+    (proj / ".snakemake/locks/0.input.lock").write_text("x\n")
+    res = CliRunner().invoke(app, ["--root", str(proj), "status"], env={"COLUMNS": "300"})
+    assert res.exit_code == 0, res.output
+    assert "stale: A-on-D was built with 'stages.s1.reward=A'" in res.output
+    assert "`snakemake --unlock` is safe" in res.output

@@ -47,6 +47,7 @@ def test_every_plot_is_written_as_a_png(tmp_path, run_inputs):
     assert not list((tmp_path / "plots").glob(".*.tmp"))     # atomic: no temp file left behind
 
 
+@pytest.mark.slow
 def test_same_inputs_give_the_same_bytes(tmp_path, run_inputs):
     order, recs, metrics, effects = run_inputs
     a = write_plots(tmp_path / "a", "child", order, recs, metrics, "parent", "k=v", effects)

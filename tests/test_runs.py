@@ -8,7 +8,9 @@ import pytest
 from martingale.config.compose import Composer, compose
 from martingale.config.runs import RunError, RunTree, load_runs
 
-from projcopy import REPO, proj, snapshot, write_run  # noqa: F401 (proj: fixture)
+from projcopy import FIXTURE, proj, run_files, snapshot, write_run  # noqa: F401 (proj: fixture)
+
+CONF = FIXTURE / "conf"   # the frozen fixture campaign (read-only)
 
 
 def rejected(root: Path, file: str, key: str) -> str:
@@ -23,16 +25,16 @@ def rejected(root: Path, file: str, key: str) -> str:
     return msg
 
 
-# ------------------------------------------------------------------ the campaign
+# ------------------------------------------------------------------ the fixture campaign
 
-def test_campaign_has_fifteen_valid_runs():
-    tree = load_runs(REPO / "conf")
-    assert len(tree) == 15
+def test_every_run_file_is_one_valid_run_named_by_its_file():
+    tree = load_runs(CONF)
+    assert sorted(tree.ids()) == sorted(p.stem for p in run_files(FIXTURE))
     assert tree.specs["base"].parent is None
 
 
 def test_knobs_are_applied_root_first_so_the_last_one_wins():
-    tree = load_runs(REPO / "conf")
+    tree = load_runs(CONF)
     assert tree.overrides("filter-s2only") == [
         "start=D", "stages.s1.reward=A", "stages.s1.filter=top-quartile", "stages.s1.reward=BP",
         "stages.s2.reward=A", "stages.s2.filter=top-quartile", "stages.s1.filter=null"]
@@ -43,25 +45,26 @@ def test_knobs_are_applied_root_first_so_the_last_one_wins():
 
 
 def test_lineage_runs_from_the_root_to_the_run():
-    tree = load_runs(REPO / "conf")
+    tree = load_runs(CONF)
     assert [s.run_id for s in tree.lineage("twostage-v2-k3")] == [
         "base", "D", "D-snap", "twostage-v2-D-snap-s1", "twostage-v2-D-snap", "twostage-v2-k3"]
 
 
+@pytest.mark.slow   # a Hydra compose per run (~4 s); the tricky override lists below stay fast
 def test_fast_composer_matches_hydra_compose_for_every_campaign_run():
-    tree = load_runs(REPO / "conf")
+    tree = load_runs(CONF)
     for run_id in tree.ids():
-        assert tree.resolved_config(run_id) == compose(tree.overrides(run_id), REPO / "conf"), run_id
+        assert tree.resolved_config(run_id) == compose(tree.overrides(run_id), CONF), run_id
 
 
 def test_group_knob_reapplies_earlier_key_overrides_as_hydra_does():
     overrides = ["elicit.cut=0.25", "elicit=snap"]
-    assert Composer(REPO / "conf").compose(overrides) == compose(overrides, REPO / "conf")
-    assert compose(overrides, REPO / "conf")["elicit"]["cut"] == 0.25
+    assert Composer(CONF).compose(overrides) == compose(overrides, CONF)
+    assert compose(overrides, CONF)["elicit"]["cut"] == 0.25
 
 
 def test_resolved_config_is_a_copy_safe_to_modify():
-    tree = load_runs(REPO / "conf")
+    tree = load_runs(CONF)
     tree.resolved_config("base")["start"] = "zzz"
     assert tree.resolved_config("base")["start"] == "base"
 
@@ -179,6 +182,6 @@ def test_fast_composer_matches_hydra_on_tricky_override_lists():
         ["stages.s1={reward: A, lr: 0.1}", "stages.s1.epochs=2"],
         ["model.lora_targets=[q_proj]", "stages.s2.balance=false", "eval.ci=0.9"],
     ]
-    composer = Composer(REPO / "conf")
+    composer = Composer(CONF)
     for overrides in cases:
-        assert composer.compose(overrides) == compose(overrides, REPO / "conf"), overrides
+        assert composer.compose(overrides) == compose(overrides, CONF), overrides

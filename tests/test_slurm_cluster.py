@@ -2,8 +2,8 @@
 accounting (munge, MariaDB, slurmdbd, slurmctld, slurmd) in a temp folder, and Snakemake launches
 the stages through profiles/slurm with snakemake-executor-plugin-slurm. Nothing is mocked.
 
-In a smoke-scale copy of the project (each stage asks for 1 CPU, so the 2-core node runs two at
-once):
+In a smoke-scale copy of the project (the frozen fixture campaign, tests/fixtures/conf; each stage
+asks for 1 CPU, so the 2-core node runs two at once):
 
 - A-on-D and a sibling arm bp-on-D (parent D, knob stages.s1.reward=BP) are built by one
   Snakemake call: pretrain and D are built once, and the two arms' s1 train stages are two SLURM
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from projcopy import REPO
+from projcopy import REPO, make_project
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
@@ -115,17 +115,9 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def make_project(root: Path) -> Path:
-    """conf/ + workflow/ + Snakefile + profiles/ at smoke scale, with the extra arms' run files."""
-    root.mkdir(parents=True)
-    for d in ("conf", "workflow", "profiles"):
-        shutil.copytree(REPO / d, root / d)
-    shutil.copy(REPO / "Snakefile", root / "Snakefile")
-    with open(root / "conf" / "config.yaml", "a", encoding="utf-8") as f:
-        f.write(SMOKE)
-    for name, text in RUN_FILES.items():
-        (root / "conf" / "runs" / name).write_text(text, encoding="utf-8")
-    return root
+def slurm_project(root: Path) -> Path:
+    """The fixture conf/ + workflow/ + Snakefile + profiles/ at smoke scale, with the extra arms' run files."""
+    return make_project(root, code=("workflow", "profiles"), config=SMOKE, runs=RUN_FILES)
 
 
 def smk(root: Path, env: dict, *args: str, timeout: int = 420) -> subprocess.CompletedProcess:
@@ -136,6 +128,17 @@ def smk(root: Path, env: dict, *args: str, timeout: int = 420) -> subprocess.Com
 def train_sid(root: Path, run: str) -> str:
     from martingale.plan import Plan
     return next(r.model_stage for r in Plan.load(root).run_stages(run) if r.stage == "s1")
+
+
+def store(sid: str) -> str:
+    from martingale.plan import stage_dir
+    return stage_dir(sid)
+
+
+def finished(sid: str) -> str:
+    """The file Snakemake builds for a stage: its manifest, written last inside the stage folder."""
+    from martingale.manifest import MANIFEST
+    return f"{store(sid)}/{MANIFEST}"
 
 
 def run_uuid(output: str) -> str:
@@ -170,13 +173,13 @@ def _t(stamp: str) -> datetime:
 # ------------------------------------------------------------------------ the build on SLURM
 @pytest.fixture(scope="module")
 def slurm_build(cluster, tmp_path_factory):
-    root = make_project(tmp_path_factory.mktemp("on-slurm") / "proj")
+    root = slurm_project(tmp_path_factory.mktemp("on-slurm") / "proj")
     trains = {arm: train_sid(root, arm) for arm in ARMS}
     # Two jobs at a time (the node's CPUs), the two arms' train stages first: without the hint,
     # the s0 eval (ready at the same moment) may take the second CPU and the trains run in turn.
     # (--prioritize takes every value after it: it goes last)
     args = ["--profile", "profiles/slurm", *FAST, "--jobs", "2", *(f"results/{arm}/eval.json" for arm in ARMS),
-            "--prioritize", *(f"results/_store/train/{sid}" for sid in trains.values())]
+            "--prioritize", *(finished(sid) for sid in trains.values())]
     t0 = time.monotonic()
     res = smk(root, cluster.env, *args)
     TIMINGS["slurm_build_s"] = round(time.monotonic() - t0, 1)
@@ -198,8 +201,8 @@ def test_shared_stages_run_once_and_the_two_arms_train_at_the_same_time(cluster,
     for j in jobs:
         by_comment.setdefault(j["comment"], []).append(j)
     # one SLURM job per stage: pretrain, D (distill), s0 eval, two trains, two s1 evals
-    assert sorted(by_comment) == sorted(f"rule_{'evaluate' if plan.stages[s].kind == 'eval' else plan.stages[s].kind}"
-                                        f"_wildcards_{s}" for s in remote), by_comment
+    # (one rule per stage kind, named for the kind)
+    assert sorted(by_comment) == sorted(f"rule_{plan.stages[s].kind}_wildcards_{s}" for s in remote), by_comment
     assert all(len(v) == 1 and v[0]["state"] == "COMPLETED" for v in by_comment.values()), by_comment
     distill = [c for c in by_comment if c.startswith("rule_distill_")]
     assert len(distill) == 1
@@ -230,7 +233,7 @@ class LocalBuild:
 def local_build(slurm_build, tmp_path_factory):
     """The same targets with profiles/local in another copy, started in the background once the
     SLURM build is done: it runs while the fault scenario below mostly waits on SLURM."""
-    root = make_project(tmp_path_factory.mktemp("local") / "proj")
+    root = slurm_project(tmp_path_factory.mktemp("local") / "proj")
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     log = root / "local.out"
     with open(log, "w", encoding="utf-8") as f:
@@ -313,7 +316,7 @@ def test_a_cancelled_stage_is_resubmitted_by_the_profiles_retry(cluster, faults)
               for role, sid in sids.items()}
     assert [j["state"] for j in trains["retried"]] == ["CANCELLED", "COMPLETED"], trains
     assert [j["state"] for j in trains["crashed"]] == ["CANCELLED", "CANCELLED"], trains
-    assert (root / "results/_store/train" / sids["retried"]).is_dir()
+    assert (root / store(sids["retried"])).is_dir()
     assert (root / "results" / FAULT_ARMS["retried"] / "eval.json").exists()
     # SLURM's job log of a cancelled attempt is kept, the successful attempt's deleted
     first = root / ".snakemake/slurm_logs/rule_train" / sids["retried"] / f"{cancelled['retried'][0]}.log"
@@ -325,9 +328,9 @@ def test_exhausted_retries_leave_no_partial_output_and_the_run_is_crashed(cluste
     root, sids, cancelled, rc, out = faults
     assert rc != 0
     sid = sids["crashed"]
-    store = root / "results/_store/train"
-    assert not (store / sid).exists()
-    assert not list(store.glob(f".{sid}.*")), "a partial (temp) stage folder was left behind"
+    folder = root / store(sid)
+    assert not folder.exists()
+    assert not list(folder.parent.glob(f".{sid}.*")), "a partial (temp) stage folder was left behind"
     assert not (root / "results" / FAULT_ARMS["crashed"]).exists()
     # the stage's own log: the stage saw the SIGTERM (martingale.smk turns it into an error)
     stage_log = (root / "logs/train" / f"{sid}.log").read_text(errors="replace")
@@ -374,10 +377,10 @@ def test_the_local_profile_gives_byte_identical_results(slurm_build, local_build
             assert (root / rel).read_bytes() == (slurm_root / rel).read_bytes(), rel
             compared += 1
         for row in plan.run_stages(arm):
-            ev = Path(plan.stages[row.eval_stage].dir)
+            ev = Path(store(row.eval_stage))
             for name in ("records.jsonl", "metrics.json"):
                 assert (root / ev / name).read_bytes() == (slurm_root / ev / name).read_bytes(), ev / name
                 compared += 1
-        weights = Path(plan.stages[trains[arm]].dir) / "model" / "model.safetensors"
+        weights = Path(store(trains[arm])) / "model" / "model.safetensors"
         assert (root / weights).read_bytes() == (slurm_root / weights).read_bytes(), weights
     assert compared == 12

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,10 +23,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from martingale.plan import _resources
-from projcopy import REPO
+from martingale.plan import Plan, _resources
+from projcopy import make_project
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+SLOW = pytest.mark.slow   # each fixture: a snakemake dry run with the SLURM profile (~10 s)
 TARGETS = ("results/base/eval.json", "results/llama-bp/eval.json", "results/qwen/eval.json")
 RUNS = {
     "llama.yaml": "parent: base\nknob: model=llama31_8b\n",
@@ -37,13 +37,8 @@ RUNS = {
 
 
 def _project(root: Path) -> Path:
-    root.mkdir()
-    for d in ("conf", "workflow", "profiles"):
-        shutil.copytree(REPO / d, root / d)
-    shutil.copy(REPO / "Snakefile", root / "Snakefile")
-    for name, text in RUNS.items():
-        (root / "conf" / "runs" / name).write_text(text, encoding="utf-8")
-    return root
+    """The fixture conf/ (+ the llama and qwen runs), workflow/, profiles/ and the Snakefile."""
+    return make_project(root, code=("workflow", "profiles"), runs=RUNS)
 
 
 def _value(text: str):
@@ -53,20 +48,20 @@ def _value(text: str):
         return text
 
 
-def local_rules() -> set[str]:
-    """Rules marked `localrule: True` in workflow/rules: they run on the host, never via sbatch."""
-    found = set()
-    for smk in (REPO / "workflow" / "rules").glob("*.smk"):
-        for m in re.finditer(r"^rule (\w+):\n((?:[ \t]+.*\n|\n)*)", smk.read_text(encoding="utf-8"), re.M):
-            if re.search(r"^\s+localrule: True", m.group(2), re.M):
-                found.add(m.group(1))
-    return found
+def local_rules(root: Path) -> set[str]:
+    """The workflow's local rules as Snakemake parses them (`localrule:`): they run on the host,
+    never via sbatch. (Snakemake's workflow object: the version is pinned in pyproject.toml.)"""
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import OutputSettings, ResourceSettings
+
+    with SnakemakeApi(OutputSettings()) as api:
+        wf = api.workflow(resource_settings=ResourceSettings(), snakefile=root / "Snakefile", workdir=root)
+        return set(wf._workflow._localrules)
 
 
-def parse_dry_run(out: str) -> dict[str, dict]:
+def parse_dry_run(out: str, local: set[str]) -> dict[str, dict]:
     """Job blocks of a dry run → {stage id (or run): {rule, local, threads, resources}}."""
     jobs: dict[str, dict] = {}
-    local = local_rules()
     for block in re.split(r"\n(?=(?:local)?rule \w+:)", out):
         head = re.match(r"(?:local)?rule (\w+):", block)
         wc = re.search(r"^\s+wildcards: (?:sid|run)=(\S+)", block, re.M)
@@ -89,14 +84,18 @@ def dry_run(root: Path, env: dict) -> dict[str, dict]:
     res = subprocess.run([SNAKEMAKE, "-n", "--profile", "profiles/slurm", "--cores", "1024", *TARGETS],
                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-3000:]
-    return parse_dry_run(res.stdout + res.stderr)
+    return parse_dry_run(res.stdout + res.stderr, local_rules(root))
 
 
 @pytest.fixture(scope="module")
-def jobs(tmp_path_factory) -> dict[str, dict]:
-    root = _project(tmp_path_factory.mktemp("slurm-res") / "proj")
+def project(tmp_path_factory) -> Path:
+    return _project(tmp_path_factory.mktemp("slurm-res") / "proj")
+
+
+@pytest.fixture(scope="module")
+def jobs(project) -> dict[str, dict]:
     env = {**os.environ, "SLURM_PARTITION": "gpu-h200", "SLURM_ACCOUNT": "proj42"}
-    return dry_run(root, env)
+    return dry_run(project, env)
 
 
 @pytest.fixture(scope="module")
@@ -136,6 +135,7 @@ def test_a_cpu_model_has_no_gpu_resource_and_a_gpu_model_has_count_and_type():
 
 
 # ------------------------------------------------------------------- what Snakemake hands SLURM
+@SLOW
 def test_tiny_stages_ask_for_cpus_memory_and_time_only(jobs):
     tiny = [j for j in jobs.values() if not j["local"] and j["resources"].get("mem_mb") == 4000]
     assert {j["rule"] for j in tiny} == {"pretrain", "evaluate"}   # base: pretrain + eval of s0
@@ -149,6 +149,7 @@ def test_tiny_stages_ask_for_cpus_memory_and_time_only(jobs):
         assert "--gpus" not in flags and "--gres" not in flags, flags
 
 
+@SLOW
 def test_llama_stages_ask_for_one_h200_and_the_models_memory_and_time(jobs):
     llama = [j for j in jobs.values() if not j["local"] and j["resources"].get("mem_mb") == 64000]
     assert sorted(j["rule"] for j in llama) == ["evaluate", "evaluate", "train"]  # s0 eval, s1 train + eval
@@ -162,6 +163,7 @@ def test_llama_stages_ask_for_one_h200_and_the_models_memory_and_time(jobs):
         assert "--ntasks=1" not in flags   # the plugin leaves task geometry alone for GPU jobs
 
 
+@SLOW
 def test_qwen_stages_ask_for_two_h200(jobs):
     qwen = [j for j in jobs.values() if not j["local"] and j["resources"].get("mem_mb") == 160000]
     assert [j["rule"] for j in qwen] == ["evaluate"]
@@ -170,12 +172,17 @@ def test_qwen_stages_ask_for_two_h200(jobs):
         assert flag in flags, (flag, flags)
 
 
-def test_local_weights_are_linked_on_the_host_not_submitted(jobs):
-    assert local_rules() == {"link_weights", "aggregate", "runs_table"}
-    weights = [j for j in jobs.values() if j["rule"] == "link_weights"]
-    assert len(weights) == 2 and all(j["local"] for j in weights)   # llama and qwen
+@SLOW
+def test_local_weights_are_linked_on_the_host_not_submitted(project, jobs):
+    plan = Plan.load(project)
+    sources = {plan.run_chain(run)[0] for run in ("llama", "qwen")}   # their local-weights stages
+    weights = [jobs[sid] for sid in sources]
+    assert len(weights) == 2 and all(j["local"] for j in weights)
+    # on the host: the weights link, the aggregates and the table; every other stage is a job
+    assert local_rules(project) == {j["rule"] for j in weights} | {"aggregate", "runs_table"}
 
 
+@SLOW
 def test_partition_and_account_come_from_the_environment(jobs, jobs_no_env):
     remote = [j for j in jobs.values() if not j["local"]]
     assert remote and all(j["resources"]["slurm_partition"] == "gpu-h200" for j in remote)

@@ -5,20 +5,18 @@ import json
 
 import pytest
 
+from martingale import manifest
 from martingale.plan import Plan, stage_dir
 from martingale.table import TableError, build_table, schema_errors, write_table
 
-from projcopy import proj, write_run  # noqa: F401 (proj: fixture)
+from projcopy import proj, write_eval, write_run  # noqa: F401 (proj: fixture)
 
 
 def finish(root, run_id, stages=None):
     stages = stages or {"s0": {"brier": 0.2, "ms": 0.1}, "s1": {"brier": 0.15, "ms": 0.02,
                                                                "ms_ci": [-0.01, 0.05], "bss": 0.3,
                                                                "n": 512, "other": 1}}
-    path = root / "results" / run_id / "eval.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"stages": stages}))
-    return path
+    return write_eval(root, run_id, stages)
 
 
 def rows(root):
@@ -65,7 +63,8 @@ def test_stage_log_with_a_traceback_and_no_output_marks_the_run_crashed(proj):
     table = {r["run_id"]: r for r in build_table(proj)}
     assert table["A-on-D"]["state"] == "crashed"
     assert table["D"]["state"] == "queued"          # D does not need that stage
-    (proj / stage_dir(sid)).mkdir(parents=True)       # the stage was rebuilt since
+    (proj / stage_dir(sid)).mkdir(parents=True)       # the stage was rebuilt since (a finished stage
+    manifest.write(proj / stage_dir(sid))             # is a folder with its manifest)
     assert {r["run_id"]: r for r in build_table(proj)}["A-on-D"]["state"] == "queued"
 
 

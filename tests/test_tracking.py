@@ -31,6 +31,7 @@ def _all_bytes(folder: Path) -> bytes:
     return b"".join(p.read_bytes() for p in folder.rglob("*") if p.is_file())
 
 
+@pytest.mark.slow   # a wandb service and an offline run (~5 s)
 def test_offline_run_is_named_by_run_id_with_stage_as_job_type_and_lineage_as_group(tmp_path, offline_env):
     folder = log_run(name="A-on-D", run_id="train-0123456789ab", job_type="train-s1", group="base/D/A-on-D",
                      config={"lr": 0.001}, settings={"mode": "offline", "project": "martingale"},
@@ -43,12 +44,14 @@ def test_offline_run_is_named_by_run_id_with_stage_as_job_type_and_lineage_as_gr
         assert text in data, text
 
 
+@pytest.mark.slow   # an offline run: wandb's service starts (~5-20 s)
 def test_an_api_key_in_the_environment_is_never_written(tmp_path, offline_env):
     folder = log_run(name="r", run_id="eval-0123456789ab", job_type="eval-s0", group="r", config={},
                      settings={}, summary={"brier": 0.1}, root=tmp_path)
     assert SECRET.encode() not in _all_bytes(folder)
 
 
+@pytest.mark.slow   # an offline run, then `wandb sync` in a subprocess
 def test_wandb_sync_later_sees_the_offline_run(tmp_path, offline_env):
     folder = log_run(name="r", run_id="eval-abcdefabcdef", job_type="eval-s0", group="r", config={},
                      settings={}, summary={"brier": 0.1}, root=tmp_path)

@@ -173,7 +173,8 @@ def table_cmd() -> None:
     out.print(" ".join(str(STATE.root / name) for name in OUTPUTS), markup=False)
 
 
-STATE_STYLE = {"done": "green", "running": "yellow", "queued": "dim", "crashed": "red", "invalid": "magenta"}
+STATE_STYLE = {"done": "green", "stale": "yellow", "corrupt": "red", "running": "yellow", "queued": "dim",
+               "crashed": "red", "invalid": "magenta"}
 
 
 @app.command()
