@@ -12,7 +12,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.special import expit, logit
+
+
+def expit(x):
+    """scipy.special.expit, imported on first use: the plan imports this module at parse time."""
+    from scipy.special import expit as f
+    return f(x)
+
+
+def logit(x):
+    """scipy.special.logit, imported on first use: the plan imports this module at parse time."""
+    from scipy.special import logit as f
+    return f(x)
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,8 @@ belief a partial trace has reached — the trace is given, only the number is wr
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import expit
 
-from .synthetic import Question, SyntheticWorld
+from .synthetic import Question, SyntheticWorld, expit
 
 MAX_TOTAL = 40  # |running total| cap, in units
 
