@@ -132,10 +132,12 @@ def test_a_job_log_opened_with_open_log_is_redacted(tmp_path, canary):
 def test_only_io_writes_files_in_the_package():
     """Every text/bytes file the tool writes goes through martingale.io (and so the redaction).
     Known exceptions, each named: the stage manifest (sha256 hashes and file names only), the
-    weights/tokenizer that transformers save (binary tensors, the model's own config). Job logs are
+    weights/tokenizer that transformers save (binary tensors, the model's own config), a training
+    checkpoint's optimizer and RNG state (torch.save, binary tensors). Job logs are
     appended through io.open_log, which redacts each write."""
     src = Path(__file__).resolve().parents[1] / "src" / "martingale"
-    allowed = {("manifest.py", "write_text("), ("model/load.py", "save_pretrained(")}
+    allowed = {("manifest.py", "write_text("), ("model/load.py", "save_pretrained("),
+               ("stages/checkpoint.py", "torch.save(")}
     pattern = re.compile(r"open\([^)]*['\"][wax]b?\+?['\"]|\.write_text\(|\.write_bytes\(|json\.dump\(|"
                          r"yaml\.(?:safe_)?dump\([^)]*,\s*\w|save_pretrained\(|torch\.save\(")
     found = []

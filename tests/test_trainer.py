@@ -53,6 +53,7 @@ def test_constant_rewards_give_zero_advantage():
     assert np.all(train.advantages(np.ones(6), np.array([0, 0, 0, 1, 1, 1]), 3.0) == 0)
 
 
+@pytest.mark.slow   # loads and steps a model (~20 s with the fixture)
 def test_nan_loss_stops_the_stage_with_a_clear_error_and_writes_nothing(tmp_path, default_cfg, untrained_model):
     stage = {**default_cfg["stages"]["s1"], "reward": "B", "kl_beta": float("nan"),
              "batch_questions": 2, "generations": 2}

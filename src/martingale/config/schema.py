@@ -102,6 +102,7 @@ class StageConfig:
     info_eps: float = 0.02
     lam: float = 0.5              # C: λ·z(A) + (1 − λ)·z(B)
     balance: bool = True          # add each question's negation (y' = 1 − y)
+    checkpoint_every: int = 20    # steps between resumable checkpoints (stages/checkpoint.py); 0 = none
 
 
 @dataclass
@@ -393,6 +394,7 @@ DOMAINS: dict[str, Domain] = {
     "stages.*.info_eps": FRACTION,                # a width in probability
     "stages.*.lam": FRACTION,                     # C: λ·z(A) + (1 − λ)·z(B)
     "stages.*.balance": Flag(),
+    "stages.*.checkpoint_every": Int(0),          # 0 = never; results do not depend on it
     # eval: stages/evaluate.py, metrics (bootstrap CIs at level ci)
     "eval.kind": InChoices(),
     "eval.temperature": NONNEG,                   # 0 = greedy

@@ -42,7 +42,19 @@ def load(stage_dir: Path | str, model_cfg: dict[str, Any] | None = None):
     tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
     model.eval()
+    check_finite(model, stage_dir)
     return model, tokenizer
+
+
+def check_finite(model, stage_dir: Path | str) -> None:
+    """Fail the stage naming the first tensor that holds NaN/Inf: a model that diverged upstream
+    would otherwise surface as a transformers sampler error. One isfinite pass per tensor."""
+    from ..stages.common import StageError
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if not torch.isfinite(p).all():
+                raise StageError(f"{stage_dir}: weights hold NaN/Inf (tensor {name}): the stage "
+                                 "that made this model diverged; rebuild it (a lower lr?)")
 
 
 def save(model, tokenizer, out_dir: Path | str) -> None:

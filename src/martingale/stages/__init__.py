@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 PLACES = ("source", "start", "step", "measure")
-HELPERS = ("common",)          # modules here that declare no kind
+HELPERS = ("common", "checkpoint")   # modules here that declare no kind
 
 
 @dataclass(frozen=True)
@@ -56,11 +56,16 @@ def stage_kind(name: str, place: str, keys: tuple[str, ...], inputs: tuple[str, 
     return register
 
 
+_DISCOVERED: list[bool] = []
+
+
 def kinds() -> dict[str, StageKind]:
-    """Every registered kind, after importing each stage module of this package once."""
-    for module in pkgutil.iter_modules(__path__):
-        if module.name not in HELPERS:
-            importlib.import_module(f"{__name__}.{module.name}")
+    """Every registered kind, after importing each stage module of this package (once)."""
+    if not _DISCOVERED:
+        for module in pkgutil.iter_modules(__path__):
+            if module.name not in HELPERS:
+                importlib.import_module(f"{__name__}.{module.name}")
+        _DISCOVERED.append(True)
     return _KINDS
 
 

@@ -6,6 +6,8 @@ advantage = reward minus its question's group mean, divided by the batch sd, cli
 per-token −A·log π + β·KL(π‖π_start) (k3 estimator, ≥ 0) → AdamW on the adapter. The adapter is
 merged at the end so the next stage starts from this one's model. Sampling, judge reads and
 log-probs go through the run's generation backend (model.backend) wrapping the LoRA policy.
+Every ``checkpoint_every`` steps a checkpoint (stages/checkpoint.py) is written beside the output
+folder: a killed stage rerun resumes from it and ends with the same bytes as an uninterrupted one.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from .. import io, rewards
-from . import stage_kind
+from . import checkpoint, stage_kind
 from .common import StageError, log, make_world, seed_everything
 
 if TYPE_CHECKING:
@@ -139,6 +141,16 @@ def update(policy: Policy, loss: torch.Tensor) -> None:
     policy.opt.step()
 
 
+def check_adapter(policy: Policy, name: str, step: int, stage: dict[str, Any]) -> None:
+    """Stop the stage when an optimizer step left NaN/Inf in the adapter: otherwise the next
+    rollout fails inside the sampler with a message that does not say why."""
+    import torch
+    for tensor, p in checkpoint.adapter(policy.model).items():
+        if not torch.isfinite(p.detach()).all():
+            raise StageError(f"{name}: adapter weights hold NaN/Inf (tensor {tensor}) after step "
+                             f"{step} (lr {stage['lr']}, kl_beta {stage['kl_beta']}): stopping")
+
+
 def step_row(loss, kl, rew: np.ndarray, stated: np.ndarray, y: np.ndarray) -> dict[str, Any]:
     """A step's history row: loss, KL, mean reward, parse rate and Brier of the stated P."""
     return {"loss": round(float(loss), 6), "kl": round(float(kl), 6),
@@ -147,12 +159,46 @@ def step_row(loss, kl, rew: np.ndarray, stated: np.ndarray, y: np.ndarray) -> di
             "brier": round(float(np.nanmean((y - stated) ** 2)), 6) if np.isfinite(stated).any() else None}
 
 
+def train_steps(policy: Policy, score: Callable[..., np.ndarray], train_q, ctx, cfg: dict[str, Any],
+                ckpt: Path, name: str) -> list[dict[str, Any]]:
+    """The policy-gradient loop: each epoch a fresh permutation of the questions, ``batch_questions``
+    of them (``generations`` samples each) a step. It resumes from the stage's checkpoint when one
+    verifies (skipping the batches done before it) and writes one every ``checkpoint_every`` steps,
+    so a killed stage rerun ends with the same bytes. Returns the history rows."""
+    import torch
+    stage, elicit, seed = cfg["stage"], cfg["elicit"], int(cfg["seed"])
+    B, G, every = int(stage["batch_questions"]), int(stage["generations"]), int(stage["checkpoint_every"])
+    order_rng = np.random.default_rng([seed, 11])
+    done = checkpoint.resume(ckpt, policy, cfg, order_rng)
+    history, t0 = done.history, time.time()
+    for epoch in range(done.epoch, int(stage["epochs"])):
+        epoch_rng = order_rng.bit_generator.state   # a checkpoint this epoch redraws its permutation
+        perm = order_rng.permutation(len(train_q))
+        for first in range(0, len(perm) - B + 1, B):
+            step = epoch * (len(perm) // B) + first // B
+            if step < done.step:
+                continue                            # done before the checkpoint resumed from
+            if every and step % every == 0 and step > done.step:
+                checkpoint.save(ckpt, policy, cfg, checkpoint.Progress(step, epoch, history), epoch_rng)
+            qs = [train_q[i] for i in perm[first:first + B] for _ in range(G)]
+            loss, kl, rew, stated, y = step_loss(policy, score, qs, np.repeat(np.arange(B), G), ctx,
+                                                 elicit, stage, seed * 100_003 + step)
+            if not torch.isfinite(loss):
+                raise StageError(f"{name}: loss is {float(loss)} at step {step} "
+                                 f"(lr {stage['lr']}, kl_beta {stage['kl_beta']}): stopping")
+            update(policy, loss)
+            check_adapter(policy, name, step, stage)
+            history.append({"step": step, "epoch": epoch, **step_row(loss, kl, rew, stated, y)})
+            if step % 20 == 0:
+                log.info("%s step %d %s (%.0fs)", name, step, history[-1], time.time() - t0)
+    return history
+
+
 @stage_kind("train", "step", keys=("world", "model", "elicit"), inputs=("start_model", "judge_model"),
             per_seed=True)
 def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path) -> None:
-    """cfg: world, model, elicit, stage, seed → out_dir/model (adapter merged), train.jsonl, stage.json."""
-    import torch
-
+    """cfg: world, model, elicit, stage, seed → out_dir/model (adapter merged), train.jsonl, stage.json.
+    Its checkpoints (stages/checkpoint.py) live beside out_dir until the output is written."""
     from ..beliefs.elicit import judge_needed
     from ..beliefs.readers import ReadContext
     from ..model.backend import open_model
@@ -177,30 +223,15 @@ def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path
         log.info("%s filter: %s", name, filter_info)
 
     policy = lora_policy(start, stage, cfg["model"])
-    order_rng = np.random.default_rng([seed, 11])
-    B, G = int(stage["batch_questions"]), int(stage["generations"])
-    history: list[dict[str, Any]] = []
-    step, t0 = 0, time.time()
-    for epoch in range(int(stage["epochs"])):
-        perm = order_rng.permutation(len(train_q))
-        for first in range(0, len(perm) - B + 1, B):
-            qs = [train_q[i] for i in perm[first:first + B] for _ in range(G)]
-            loss, kl, rew, stated, y = step_loss(policy, score, qs, np.repeat(np.arange(B), G), ctx,
-                                                 elicit, stage, seed * 100_003 + step)
-            if not torch.isfinite(loss):
-                raise StageError(f"{name}: loss is {float(loss)} at step {step} "
-                                 f"(lr {stage['lr']}, kl_beta {stage['kl_beta']}): stopping")
-            update(policy, loss)
-            history.append({"step": step, "epoch": epoch, **step_row(loss, kl, rew, stated, y)})
-            if step % 20 == 0:
-                log.info("%s step %d %s (%.0fs)", name, step, history[-1], time.time() - t0)
-            step += 1
-    if step == 0:
+    ckpt = checkpoint.folder(out_dir)
+    history = train_steps(policy, score, train_q, ctx, cfg, ckpt, name)
+    if not history:
         raise StageError(f"{name}: no training step ran ({len(train_q)} questions < "
-                         f"batch_questions {B})")
+                         f"batch_questions {stage['batch_questions']})")
     merged = policy.model.merge_and_unload()
     with io.atomic_dir(out_dir) as tmp:
         save(merged, start.tokenizer, tmp)
         io.write_jsonl(tmp / "train.jsonl", history)
         io.write_json(tmp / "stage.json", {"kind": "train", "reward": stage["reward"],
-                                           "steps": step, "filter": filter_info})
+                                           "steps": len(history), "filter": filter_info})
+    checkpoint.remove(ckpt)

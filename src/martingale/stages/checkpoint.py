@@ -1,0 +1,128 @@
+"""Resumable checkpoints of a policy-gradient stage: a rerun after a kill ends with the same bytes.
+
+Where: beside the stage's output folder, ``<kind dir>/.<stage id>.ckpt/<step>/``. The dot name keeps
+it out of the store listing (martingale.manifest.store_folders), so it is never taken for a stage;
+the stage id in the name makes the rerun of the same stage, and only it, find it. Each checkpoint
+is its own folder written with io.atomic_dir (a manifest, then one rename), and the previous one is
+removed only after it: a SIGKILL at any moment leaves at least one whole checkpoint. The folder is
+removed once the stage's output exists.
+
+What: what an uninterrupted run holds at the top of step ``step`` — the LoRA adapter's weights, the
+AdamW state, the torch RNG, the order RNG as it was before this epoch's permutation (the resumed
+epoch redraws the same permutation and skips its finished batches), the history rows, and a
+fingerprint of the stage's config. A checkpoint whose manifest does not verify, whose config
+differs or that does not load is discarded with a log line, and training starts over.
+"""
+from __future__ import annotations
+
+import hashlib
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import io
+from ..manifest import problems
+from .common import log
+
+ADAPTER, TRAINER, STATE = "adapter.safetensors", "trainer.pt", "state.json"
+NOT_FINGERPRINTED = ("checkpoint_every",)   # how often to checkpoint does not change the run
+
+
+@dataclass
+class Progress:
+    """Where training stands: the next step, its epoch, the history rows so far."""
+    step: int = 0
+    epoch: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+def folder(out_dir: Path | str) -> Path:
+    """The checkpoint folder of the stage whose output is ``out_dir``."""
+    out_dir = Path(out_dir)
+    return out_dir.parent / f".{out_dir.name}.ckpt"
+
+
+def fingerprint(cfg: dict[str, Any]) -> str:
+    """sha256 of the stage config, less the keys that do not change the run."""
+    stage = {k: v for k, v in cfg["stage"].items() if k not in NOT_FINGERPRINTED}
+    return hashlib.sha256(io.canonical_json({**cfg, "stage": stage}).encode("utf-8")).hexdigest()
+
+
+def adapter(model) -> dict[str, Any]:
+    """The trainable (LoRA) parameters by name, in the model's order."""
+    return {n: p for n, p in model.named_parameters() if p.requires_grad}
+
+
+def save(ckpt: Path, policy, cfg: dict[str, Any], progress: Progress, epoch_rng: dict) -> None:
+    """Write the checkpoint of ``progress`` (``epoch_rng``: the order RNG's state before this
+    epoch's permutation), then remove the older ones."""
+    import torch
+    from safetensors.torch import save_file
+    with io.atomic_dir(ckpt / f"{progress.step:08d}") as tmp:
+        save_file({n: p.detach().clone().contiguous() for n, p in adapter(policy.model).items()},
+                  str(tmp / ADAPTER))
+        torch.save({"optimizer": policy.opt.state_dict(), "torch_rng": torch.get_rng_state()},
+                   tmp / TRAINER)
+        io.write_json(tmp / STATE, {"step": progress.step, "epoch": progress.epoch,
+                                    "order_rng": epoch_rng, "history": progress.history,
+                                    "config": fingerprint(cfg)})
+    for old in ckpt.iterdir():
+        if old.name != f"{progress.step:08d}":
+            shutil.rmtree(old, ignore_errors=True)   # older checkpoints, a killed write's temp folder
+
+
+def resume(ckpt: Path, policy, cfg: dict[str, Any], order_rng) -> Progress:
+    """Load the newest checkpoint that verifies into ``policy`` and ``order_rng``; Progress() (start
+    over) when there is none. One that does not verify is discarded with a log line."""
+    candidates = sorted((p for p in ckpt.iterdir() if not p.name.startswith(".")), reverse=True) \
+        if ckpt.is_dir() else []
+    for one in candidates:
+        try:
+            return _load(one, policy, cfg, order_rng)
+        except _Unusable as e:
+            log.warning("checkpoint %s: %s; discarded", one, e)
+            shutil.rmtree(one, ignore_errors=True)
+    if candidates:
+        log.warning("no usable checkpoint in %s: training starts over", ckpt)
+    return Progress()
+
+
+class _Unusable(Exception):
+    """A checkpoint that cannot be resumed from (the message says why)."""
+
+
+def _load(one: Path, policy, cfg: dict[str, Any], order_rng) -> Progress:
+    """One checkpoint folder into ``policy`` and ``order_rng``, or _Unusable; everything is read
+    and checked (manifest, config, tensor names and shapes) before either is touched."""
+    import torch
+    from safetensors.torch import load_file
+    bad = problems(one)
+    if bad:
+        raise _Unusable(bad[0])
+    try:
+        state = io.read_json(one / STATE)
+        weights = load_file(str(one / ADAPTER))
+        trainer = torch.load(one / TRAINER, weights_only=True)
+        progress = Progress(int(state["step"]), int(state["epoch"]), list(state["history"]))
+        type(order_rng.bit_generator)().state = state["order_rng"]   # a state this RNG takes
+    except Exception as e:   # a manifest that verifies over files this code did not write
+        raise _Unusable(f"does not load ({type(e).__name__}: {e})") from None
+    if state.get("config") != fingerprint(cfg):
+        raise _Unusable("made under another stage config")
+    params = adapter(policy.model)
+    if {n: tuple(t.shape) for n, t in weights.items()} != {n: tuple(p.shape) for n, p in params.items()}:
+        raise _Unusable("its adapter tensors differ from this policy's")
+    policy.opt.load_state_dict(trainer["optimizer"])
+    with torch.no_grad():
+        for name, p in params.items():
+            p.copy_(weights[name])
+    torch.set_rng_state(trainer["torch_rng"])
+    order_rng.bit_generator.state = state["order_rng"]
+    log.info("resuming from checkpoint %s (step %d)", one, progress.step)
+    return progress
+
+
+def remove(ckpt: Path) -> None:
+    """Remove the stage's checkpoints once its output exists."""
+    shutil.rmtree(ckpt, ignore_errors=True)
