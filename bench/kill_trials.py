@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from martingale.locks import stale_lock  # noqa: E402
 from martingale.manifest import MANIFEST, problems, store_folders  # noqa: E402
@@ -31,14 +33,12 @@ SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 TARGET = "results/A-on-D/eval.json"
 KINDS = ("pretrain", "distill", "train", "evaluate")
 DOWNSTREAM = {"pretrain": KINDS, "distill": KINDS[1:], "train": KINDS[2:], "evaluate": KINDS[3:]}
-MICRO = """
-# --- micro scale (bench/kill_trials.py) ---
-world: {n_train: 16, n_heldout: 24, clues_per_question: 4}
-model: {hidden_size: 32, num_layers: 1, num_heads: 2, intermediate_size: 64}
-pretrain: {steps: 150, batch_size: 16}
-distill: {steps: 20, batch_size: 8}
-eval: {n_bootstrap: 50}
-"""
+MICRO = {  # appended to conf/config.yaml: every stage kind in seconds
+    "world": {"n_train": 16, "n_heldout": 24, "clues_per_question": 4},
+    "model": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64},
+    "pretrain": {"steps": 150, "batch_size": 16}, "distill": {"steps": 20, "batch_size": 8},
+    "eval": {"n_bootstrap": 50},
+}
 
 
 def project(root: Path) -> Path:
@@ -46,7 +46,7 @@ def project(root: Path) -> Path:
         shutil.copytree(REPO / d, root / d)
     shutil.copy(REPO / "Snakefile", root / "Snakefile")
     with open(root / "conf/config.yaml", "a", encoding="utf-8") as f:
-        f.write(MICRO)
+        f.write("\n# --- micro scale (bench/kill_trials.py) ---\n" + yaml.safe_dump(MICRO, sort_keys=False))
     return root
 
 
