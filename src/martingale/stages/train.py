@@ -153,7 +153,7 @@ def check_adapter(policy: Policy, name: str, step: int, stage: dict[str, Any]) -
 
 def step_row(loss, kl, rew: np.ndarray, stated: np.ndarray, y: np.ndarray) -> dict[str, Any]:
     """A step's history row: loss, KL, mean reward, parse rate and Brier of the stated P."""
-    return {"loss": round(float(loss), 6), "kl": round(float(kl), 6),
+    return {"loss": round(float(loss.detach()), 6), "kl": round(float(kl), 6),
             "reward": round(float(np.nanmean(rew)), 6) if np.isfinite(rew).any() else None,
             "parse_rate": round(float(np.isfinite(stated).mean()), 4),
             "brier": round(float(np.nanmean((y - stated) ** 2)), 6) if np.isfinite(stated).any() else None}
