@@ -7,7 +7,9 @@ evaluate s0, s1 → aggregate). One uninterrupted reference build; then per kind
 of the reference with that kind's stages and everything downstream removed, a Snakemake started
 in its own process group and SIGKILLed (the whole group: Snakemake and its jobs, as a lost node)
 at a random moment while a stage of that kind runs; a plain rerun must refuse on the stale lock,
-`martingale.locks.stale_lock` must say so, `--unlock` then a rerun must finish, and every stage's
+`martingale.locks.stale_lock` must say so, `--unlock` then a rerun must finish (with
+`--rerun-incomplete`, as the profiles set: a kill just after a stage's rename leaves an output
+Snakemake did not see finish, which it then rebuilds), and every stage's
 MANIFEST.json (the sha256 of each of its files) must equal the reference's.
 """
 from __future__ import annotations
@@ -100,7 +102,7 @@ def trial(ref: Path, work: Path, kind: str, rng: random.Random, duration: float)
     refused = first.returncode != 0 and "cannot be locked" in first.stdout + first.stderr
     hinted = stale_lock(root)
     assert smk(root, "--unlock").returncode == 0
-    res = smk(root, TARGET)
+    res = smk(root, "--rerun-incomplete", TARGET)   # as the profiles do
     if res.returncode:
         return f"FAIL rerun: {res.stderr[-500:]}"
     bad = [line for p in store_folders(root / "results/_store") for line in problems(p)]

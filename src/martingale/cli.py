@@ -245,7 +245,7 @@ def advice(rows: dict[str, dict]) -> list[str]:
                          f"`snakemake results/{r['run_id']}/eval.json`")
     if stale_lock(STATE.root):
         lines.append("lock: .snakemake/locks is left from a killed Snakemake (none runs in this project): "
-                     "`snakemake --unlock` is safe, then rerun the same command")
+                     "`snakemake --unlock` is safe, then rerun the same command (the profiles add --rerun-incomplete)")
     elif locked(STATE.root):
         pids = ", ".join(map(str, live_snakemakes(STATE.root)))
         lines.append(f"lock: held by a running Snakemake (pid {pids}): do not unlock")
