@@ -96,6 +96,9 @@ def trial(ref: Path, work: Path, kind: str, rng: random.Random, duration: float)
     while not running(root, kind) and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
     time.sleep(rng.uniform(0, duration))
+    if proc.poll() is not None:                      # the build ended before the kill: no trial
+        shutil.rmtree(root)
+        return f"SKIP the build ended (exit {proc.returncode}) before the kill"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     first = smk(root, TARGET)
