@@ -49,11 +49,15 @@ def stage_dir(stage_id: str) -> str:
     return f"{STORE}/{stage_id.split('-', 1)[0]}/{stage_id}"
 
 
+def sha256_json(obj: Any) -> str:
+    """sha256 hex of an object's compact sorted-key JSON (the C encoder: thousands per second)."""
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=True)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
 def stage_id(kind: str, cfg: dict, inputs: dict[str, str]) -> str:
     """``<kind>-<first 12 hex of sha256>`` of the canonical (sorted-key, compact) JSON."""
-    blob = json.dumps({"kind": kind, "slice": cfg, "upstream": inputs}, sort_keys=True,
-                      separators=(",", ":"), ensure_ascii=False, allow_nan=True)
-    return f"{kind}-{hashlib.sha256(blob.encode('utf-8')).hexdigest()[:12]}"
+    return f"{kind}-{sha256_json({'kind': kind, 'slice': cfg, 'upstream': inputs})[:12]}"
 
 
 def _model_slice(model: dict) -> dict:
@@ -234,10 +238,8 @@ class Plan:
 
 
 def config_hash(cfg: dict) -> str:
-    """``sha256:<hex>`` of a resolved config's compact sorted-key JSON (the C encoder: a thousand
-    runs hash in milliseconds): equal configs, equal hashes."""
-    blob = json.dumps(cfg, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=True)
-    return "sha256:" + hashlib.sha256(blob.encode("utf-8")).hexdigest()
+    """``sha256:<hex>`` of a resolved config (sha256_json): equal configs, equal hashes."""
+    return "sha256:" + sha256_json(cfg)
 
 
 def conf_hash(conf_dir: Path | str) -> str:
