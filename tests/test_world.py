@@ -84,3 +84,11 @@ def test_every_word_of_every_policy_is_in_the_vocabulary(world):
             words = traces.prompt(n).split() + text.split() + traces.snap(world, n, rng).split()
             words += " ".join(traces.read(n, text, 3, world.unit)).split()
             assert set(words) <= vocab
+
+
+def test_splits_give_up_with_the_key_when_too_few_distinct_questions_exist():
+    """Two clue types and two clues per question: 4 distinct questions; 3 held out beside 8
+    training ones cannot be drawn disjoint, so splits() names world.n_heldout instead of looping."""
+    cfg = {**OmegaConf.to_container(OmegaConf.structured(WorldConfig)), "n_clue_types": 2, "clues_per_question": 2, "n_train": 8, "n_heldout": 3}
+    with pytest.raises(ValueError, match="world.n_heldout"):
+        SyntheticWorld(cfg).splits()

@@ -33,7 +33,7 @@ from hydra._internal.config_loader_impl import ConfigLoaderImpl
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from .schema import DOMAINS, Config, choices, domain_key
+from .schema import DOMAINS, Config, choices, domain_key, relation_problem
 
 SCHEMA_NAME = "martingale_schema"
 
@@ -186,10 +186,13 @@ def check_domains(resolved: dict, flat: dict[str, Any] | None = None) -> None:
 
 def check_values(resolved: dict, allowed: dict[str, tuple[Any, ...]] | None = None) -> None:
     """The composed config's values: choices() first (``allowed``: its result, if at hand), then
-    every key's domain."""
+    every key's domain, then the rules across keys (schema.RELATIONS)."""
     flat = flatten(resolved)
     check_choices(resolved, allowed, flat)
     check_domains(resolved, flat)
+    broken = relation_problem(resolved)
+    if broken:
+        raise ComposeError(*broken)
 
 
 def to_dict(cfg: DictConfig) -> dict:

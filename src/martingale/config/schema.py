@@ -409,6 +409,31 @@ DOMAINS: dict[str, Domain] = {
 }
 
 
+
+def _distinct_questions(cfg: dict) -> int:
+    return cfg["world"]["n_clue_types"] ** cfg["world"]["clues_per_question"]
+
+
+# Rules across keys, each (the key named in the error, what must hold, why): a value can be in its
+# domain and still impossible beside another (world.splits draws distinct held-out questions; a
+# Llama splits hidden_size evenly over its heads).
+RELATIONS: tuple[tuple[str, Any, str], ...] = (
+    ("world.n_heldout",
+     lambda c: c["world"]["n_train"] + c["world"]["n_heldout"] <= _distinct_questions(c),
+     "n_train + n_heldout is more than the n_clue_types ** clues_per_question distinct questions"),
+    ("model.num_heads",
+     lambda c: c["model"]["hidden_size"] % c["model"]["num_heads"] == 0,
+     "does not divide model.hidden_size (a Llama splits it evenly over its heads)"),
+)
+
+
+def relation_problem(cfg: dict) -> tuple[str, str] | None:
+    """The first cross-key rule (RELATIONS) the resolved config breaks: (key, why), else None."""
+    for key, holds, why in RELATIONS:
+        if not holds(cfg):
+            return key, why
+    return None
+
 def domain_key(key: str) -> str:
     """The DOMAINS entry of a dotted key: itself, or its ``stages.*.x`` form."""
     if key in DOMAINS:

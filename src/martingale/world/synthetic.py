@@ -43,6 +43,8 @@ class Question:
 class SyntheticWorld:
     """Clue likelihood table + seeded question splits + the exact Bayes oracle."""
 
+    MAX_ROUNDS = 200    # draws of n_heldout questions before splits() gives up (never loops forever)
+
     def __init__(self, cfg: dict[str, Any]):
         self.cfg = cfg
         self.base_rate = float(cfg["base_rate"])
@@ -77,12 +79,18 @@ class SyntheticWorld:
         seen = {q.clues for q in train}
         rng = np.random.default_rng([seed, 2])
         heldout: list[Question] = []
-        while len(heldout) < int(self.cfg["n_heldout"]):
+        for _ in range(self.MAX_ROUNDS):
+            if len(heldout) >= int(self.cfg["n_heldout"]):
+                return train, heldout
             for q in self.sample(int(self.cfg["n_heldout"]), rng, "ho"):
                 if q.clues not in seen and len(heldout) < int(self.cfg["n_heldout"]):
                     seen.add(q.clues)
                     heldout.append(Question(f"ho{len(heldout):05d}", q.clues, q.y))
-        return train, heldout
+        if len(heldout) >= int(self.cfg["n_heldout"]):
+            return train, heldout
+        raise ValueError(f"world.n_heldout: only {len(heldout)} distinct held-out questions found in "
+                         f"{self.MAX_ROUNDS} draws of {self.cfg['n_heldout']}; fewer clue types or "
+                         "clues per question than the splits need")
 
     # -- the oracle ------------------------------------------------------------------------
     def bayes_logodds(self, q: Question, k: int | None = None) -> float:
