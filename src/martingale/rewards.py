@@ -4,14 +4,16 @@ A reward registers itself with ``@reward(name, needs=..., params=...)``: ``needs
 inputs it reads (of ``INPUTS``: the elicited prior and posterior, the stated P, the label y), and
 its reward is NaN wherever one of them is NaN (a number that did not parse; the trainer gives that
 sample the worst advantage); ``params`` are the stage config keys bound as its keyword arguments.
-The schema allows exactly the registered names (``config.schema.choices``).
+The schema allows exactly the registered names (``config.schema.choices``), so the plan imports this
+module at parse time: numpy is imported inside the functions that use it, on first call.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 INPUTS = ("prior", "posterior", "stated", "y")
 
@@ -33,6 +35,7 @@ class Reward:
         kwargs = {p: stage_cfg[p] for p in self.params}
 
         def score(**batch: Any) -> np.ndarray:
+            import numpy as np
             absent = [k for k in self.needs if k not in batch]
             if absent:
                 raise TypeError(f"reward {self.name}: batch has no {', '.join(absent)}")
@@ -75,6 +78,7 @@ def compute(name: str, prior, posterior, stated, y, cfg: Mapping[str, Any]) -> n
 
 def _ols(x: np.ndarray, d: np.ndarray) -> tuple[float, float]:
     """Intercept and slope of the in-batch OLS fit d ≈ a + b·x over the finite pairs."""
+    import numpy as np
     ok = np.isfinite(x) & np.isfinite(d)
     if ok.sum() < 2 or np.ptp(x[ok]) == 0:
         return 0.0, 0.0
@@ -84,6 +88,7 @@ def _ols(x: np.ndarray, d: np.ndarray) -> tuple[float, float]:
 
 def _z(r: np.ndarray) -> np.ndarray:
     """r standardised within the batch (NaN ignored); zeros when r has no spread."""
+    import numpy as np
     sd = np.nanstd(r)
     return (r - np.nanmean(r)) / sd if sd > 0 else np.zeros_like(r)
 
@@ -96,6 +101,7 @@ def martingale_A(prior, posterior, *, info_coef: float, info_eps: float, **_) ->
     Δ̂ is the in-batch OLS regressor of the update on the prior: the reward penalises the part of
     the update the prior predicts (driving MS → 0); the info term penalises not updating at all.
     """
+    import numpy as np
     delta = posterior - prior
     a, b = _ols(prior, delta)
     predicted = a + b * prior

@@ -11,13 +11,14 @@ needs a judge gets the run's judge model (a generation backend) in ``ctx.judge``
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from ..world import traces as fmt
-from ..world.synthetic import Question, SyntheticWorld
 from .parse import parse_p, parse_totals
 
-ReadFn = Callable[["ReadContext", list[Question], list[str], int], list[float | None]]
+if TYPE_CHECKING:   # the plan imports this module at parse time (schema.choices): no numpy here
+    from ..world.synthetic import Question, SyntheticWorld
+
+ReadFn = Callable[["ReadContext", "list[Question]", list[str], int], list[float | None]]
 
 
 @dataclass
@@ -64,6 +65,7 @@ def get_reader(name: str) -> Reader:
 @reader("self", needs_judge=True)
 def read_self(ctx: ReadContext, questions: list[Question], texts: list[str], k: int) -> list[float | None]:
     """The judge's greedy one-token answer to ``… read P =`` after the trace cut at k."""
+    from ..world import traces as fmt
     # Only a trace that reached step k in the expected shape can be cut there.
     queries = [fmt.read_query(q, text, k) for q, text in zip(questions, texts)]
     todo = [i for i, s in enumerate(queries) if s is not None]
@@ -79,6 +81,7 @@ def read_self(ctx: ReadContext, questions: list[Question], texts: list[str], k: 
 @reader("trace")
 def read_trace(ctx: ReadContext, questions: list[Question], texts: list[str], k: int) -> list[float | None]:
     """The belief of the running total the trace writes at step k."""
+    from ..world import traces as fmt
     out: list[float | None] = []
     for text in texts:
         totals = parse_totals(text)

@@ -1,17 +1,16 @@
 """What every stage shares: seeding, the world, and the supervised next-token loop (pretrain, distill).
 
-Light to import (torch is imported inside the functions that use it): the plan imports every stage
-module to find its kind."""
+Light to import (torch, numpy and the world are imported inside the functions that use them): the
+plan imports every stage module to find its kind."""
 from __future__ import annotations
 
 import logging
 import math
 import random
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import numpy as np
-
-from ..world.synthetic import SyntheticWorld
+if TYPE_CHECKING:
+    from ..world.synthetic import SyntheticWorld
 
 log = logging.getLogger("martingale")
 
@@ -22,6 +21,7 @@ class StageError(RuntimeError):
 
 def seed_everything(seed: int) -> None:
     """Wire one seed into python, numpy and torch; single-threaded determinism on CPU."""
+    import numpy as np
     import torch
     random.seed(seed)
     np.random.seed(seed % (2**32))
@@ -30,6 +30,7 @@ def seed_everything(seed: int) -> None:
 
 
 def make_world(world_cfg: dict[str, Any]) -> SyntheticWorld:
+    from ..world.synthetic import SyntheticWorld
     if world_cfg.get("name", "synthetic") != "synthetic":
         raise StageError(f"world={world_cfg.get('name')!r}: only the embedded synthetic world is built")
     return SyntheticWorld(world_cfg)

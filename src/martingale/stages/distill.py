@@ -20,8 +20,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from .. import io
 from . import stage_kind
 from .common import StageError, log, make_world, seed_everything
@@ -47,6 +45,7 @@ def lora_config(d: dict[str, Any], model_cfg: dict[str, Any]):
 
 def dataset(cfg: dict[str, Any]):
     """steps × batch_size biased (prompt, completion) pairs; completions carry a leading space."""
+    import numpy as np
     from datasets import Dataset
     d = cfg["distill"]
     world = make_world(cfg["world"])

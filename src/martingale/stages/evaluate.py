@@ -15,7 +15,6 @@ from typing import Any
 
 from .. import io
 from ..beliefs.parse import parse_p
-from ..world import traces as fmt
 from . import stage_kind
 from .common import log, make_world, seed_everything
 
@@ -31,6 +30,7 @@ NEGATION_SEED = 2         # negated questions sample with seed + 2 (the trace: s
 def snap_draws(gen, questions, k: int, seed: int, temperature: float) -> list[list[float | None]]:
     """K re-draws of each question's snap prior (the same prompt as beliefs.elicit.rollout's snap
     answer) with backend ``gen``, each with its own seed: per question, the K stated P (None = unparsed)."""
+    from ..world import traces as fmt
     prompts = [fmt.prompt(q) + " snap" for q in questions]
     draws = []
     for j in range(k):
@@ -41,6 +41,7 @@ def snap_draws(gen, questions, k: int, seed: int, temperature: float) -> list[li
 
 def negation_stated(gen, world, questions, seed: int, temperature: float) -> list[float | None]:
     """The stated P of each question's negation (a reasoned trace on ``Q not ...``), backend ``gen``."""
+    from ..world import traces as fmt
     prompts = [fmt.prompt(q.negation()) + " think" for q in questions]
     batch = gen.sample(prompts, 4 * world.n_clues + 6, temperature, seed + NEGATION_SEED)
     return [_r(parse_p("think " + t)) for t in batch.texts]

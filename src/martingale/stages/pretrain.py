@@ -7,19 +7,20 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from .. import io
-from ..world import traces
 from . import stage_kind
 from .common import log, make_world, seed_everything, supervised_loop
+
+if TYPE_CHECKING:   # numpy and the world are imported where used: the plan imports this module
+    import numpy as np
 
 
 def mixture(world, rng: np.random.Generator, n: int, cfg: dict[str, Any],
             agree: float = 1.0, disagree: float = 1.0, jitter: float = 0.0) -> list[tuple[str, str]]:
     """n (prompt, completion) pairs: reasoned traces, snap answers and partial-trace reads."""
+    from ..world import traces
     questions = world.sample(n, rng, "pt")
     pairs = []
     for q in questions:
@@ -40,6 +41,8 @@ def mixture(world, rng: np.random.Generator, n: int, cfg: dict[str, Any],
             when=lambda cfg: not cfg["model"].get("path"))
 def run(cfg: dict[str, Any], out_dir: Path) -> None:
     """cfg: world, model, pretrain → out_dir/model (HF folder) and stage.json."""
+    import numpy as np
+    from ..world import traces
     from ..model.load import build_tiny, save
     from ..model.tokenizer import build_tokenizer
 

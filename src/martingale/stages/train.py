@@ -16,13 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-import numpy as np
-
 from .. import io, rewards
 from . import checkpoint, stage_kind
 from .common import StageError, log, make_world, seed_everything
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:   # numpy and torch are imported where used: the plan imports this module
+    import numpy as np
     import torch
 
 FILTER_QUANTILE = {"top-half": 0.5, "top-quartile": 0.75}
@@ -31,6 +30,7 @@ FILTER_QUANTILE = {"top-half": 0.5, "top-quartile": 0.75}
 def advantages(reward: np.ndarray, group: np.ndarray, clip: float) -> np.ndarray:
     """A = (r − mean r of the same question) / sd over the batch of those centred rewards, in
     [−clip, clip]. A sample whose reward is NaN (its number did not parse) gets −clip."""
+    import numpy as np
     adv = np.zeros_like(reward, dtype=float)
     ok = np.isfinite(reward)
     for g in np.unique(group):
@@ -61,6 +61,7 @@ def policy_loss(logp: torch.Tensor, ref_logp: torch.Tensor, adv: torch.Tensor, m
 
 def select_questions(gen, questions, ctx, elicit, stage: dict[str, Any], seed: int):
     """The ``filter`` option: keep the questions where the start model's |Δ| is in the top quantile."""
+    import numpy as np
     from ..beliefs.elicit import rollout
     if stage["filter"] is None:
         return questions, None
@@ -73,6 +74,7 @@ def select_questions(gen, questions, ctx, elicit, stage: dict[str, Any], seed: i
 
 
 def _as_array(xs) -> np.ndarray:
+    import numpy as np
     return np.array([np.nan if v is None else v for v in xs], dtype=float)
 
 
@@ -118,6 +120,7 @@ def step_loss(policy: Policy, score: Callable[..., np.ndarray], qs, group: np.nd
               elicit: dict[str, Any], stage: dict[str, Any], seed: int):
     """Roll the policy out on ``qs`` (``group``: each sample's question), reward, advantages, loss.
     Returns (loss, mean k3, rewards, stated P, y)."""
+    import numpy as np
     import torch
 
     from ..beliefs.elicit import rollout
@@ -153,6 +156,7 @@ def check_adapter(policy: Policy, name: str, step: int, stage: dict[str, Any]) -
 
 def step_row(loss, kl, rew: np.ndarray, stated: np.ndarray, y: np.ndarray) -> dict[str, Any]:
     """A step's history row: loss, KL, mean reward, parse rate and Brier of the stated P."""
+    import numpy as np
     return {"loss": round(float(loss.detach()), 6), "kl": round(float(kl), 6),
             "reward": round(float(np.nanmean(rew)), 6) if np.isfinite(rew).any() else None,
             "parse_rate": round(float(np.isfinite(stated).mean()), 4),
@@ -165,6 +169,7 @@ def train_steps(policy: Policy, score: Callable[..., np.ndarray], train_q, ctx, 
     of them (``generations`` samples each) a step. It resumes from the stage's checkpoint when one
     verifies (skipping the batches done before it) and writes one every ``checkpoint_every`` steps,
     so a killed stage rerun ends with the same bytes. Returns the history rows."""
+    import numpy as np
     import torch
     stage, elicit, seed = cfg["stage"], cfg["elicit"], int(cfg["seed"])
     B, G, every = int(stage["batch_questions"]), int(stage["generations"]), int(stage["checkpoint_every"])
