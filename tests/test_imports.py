@@ -83,3 +83,16 @@ def test_the_cycle_finder_finds_a_cycle():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
 
+
+
+def test_planning_imports_no_numerics_library(tmp_path):
+    """The Snakefile plans at parse time (every snakemake call, every cluster job): finding the stage
+    kinds, rewards and readers must not import numpy, scipy, pandas or torch (a fresh process)."""
+    import subprocess
+    import sys
+    from projcopy import make_project
+    root = make_project(tmp_path / "project")
+    code = ("import sys; from martingale.plan import Plan; p = Plan.load('.'); p.stages_for(p.active_run_ids()); "
+            "print(sorted(m for m in ('numpy', 'scipy', 'pandas', 'torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
