@@ -50,7 +50,7 @@ class ModelConfig:
     backend: str = "hf"           # hf (transformers generate) | vllm (GPU, separate env)
     hidden_size: int = 96
     num_layers: int = 3
-    num_heads: int = 4
+    num_heads: int = 3            # head_dim = hidden_size / num_heads = 32: a size vLLM's CPU attention serves (24 is refused)
     intermediate_size: int = 256
     max_length: int = 96
     dtype: str = "float32"
