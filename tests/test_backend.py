@@ -1,5 +1,5 @@
-"""The generation backend protocol: ``model.backend`` names a registered backend (only ``hf`` for
-now: ``vllm`` is refused at check time), the registry is light to import, and the HF backend is
+"""The generation backend protocol: ``model.backend`` names a registered backend (``hf``, ``vllm``;
+any other name is refused at check time), the registry is light to import, and the HF backend is
 the in-process transformers path the stages generate, read and score through."""
 from __future__ import annotations
 
@@ -12,22 +12,23 @@ from typer.testing import CliRunner
 from martingale.cli import app
 from martingale.config.runs import RunError, RunTree
 from martingale.config.schema import choices
-from martingale.model.backend import BACKENDS, Backend, HFBackend, backend_class, open_model
+from martingale.model.backend import Backend, HFBackend, backend_class, backends, open_model
 
 from projcopy import proj, write_run  # noqa: F401 (proj: fixture)
 
 
-def test_hf_is_the_only_backend_and_the_only_allowed_value():
-    assert BACKENDS == {"hf": HFBackend}
-    assert choices()["model.backend"] == ("hf",)
+def test_the_backends_are_found_in_their_modules_and_are_the_allowed_values():
+    from martingale.model.vllm import VLLMBackend
+    assert backends() == {"hf": HFBackend, "vllm": VLLMBackend}
+    assert choices()["model.backend"] == ("hf", "vllm")
 
 
-def test_a_run_asking_for_vllm_is_refused_in_one_line_naming_the_key(proj):
-    write_run(proj, "v.yaml", "parent: base\nknob: model.backend=vllm\n")
+def test_a_run_asking_for_an_unbuilt_backend_is_refused_in_one_line_naming_the_key(proj):
+    write_run(proj, "v.yaml", "parent: base\nknob: model.backend=tgi\n")
     with pytest.raises(RunError) as info:
         RunTree.load(proj / "conf")
     msg = str(info.value)
-    assert msg.startswith("conf/runs/v.yaml: model.backend: ") and "'vllm' is not one of: hf" in msg
+    assert msg.startswith("conf/runs/v.yaml: model.backend: ") and "'tgi' is not one of: hf, vllm" in msg
     assert "\n" not in msg
     res = CliRunner().invoke(app, ["--root", str(proj), "check"])
     assert res.exit_code == 1
@@ -36,8 +37,8 @@ def test_a_run_asking_for_vllm_is_refused_in_one_line_naming_the_key(proj):
 
 
 def test_an_unknown_backend_name_is_named_when_opening_a_model():
-    with pytest.raises(ValueError, match="model.backend: unknown backend 'vllm' \\(known: hf\\)"):
-        backend_class({"backend": "vllm"})
+    with pytest.raises(ValueError, match="model.backend: unknown backend 'tgi' \\(known: hf, vllm\\)"):
+        backend_class({"backend": "tgi"})
 
 
 def test_the_registry_and_the_schema_choices_import_no_heavy_library():

@@ -133,11 +133,14 @@ def test_only_io_writes_files_in_the_package():
     """Every text/bytes file the tool writes goes through martingale.io (and so the redaction).
     Known exceptions, each named: the stage manifest (sha256 hashes and file names only), the
     weights/tokenizer that transformers save (binary tensors, the model's own config), a training
-    checkpoint's optimizer and RNG state (torch.save, binary tensors). Job logs are
-    appended through io.open_log, which redacts each write."""
+    checkpoint's optimizer and RNG state (torch.save, binary tensors), the LoRA adapter a training
+    stage saves for a vLLM server (binary tensors), and the vLLM server's own stdout (its argv and
+    progress; the server is given no secret). Job logs are appended through io.open_log, which
+    redacts each write."""
     src = Path(__file__).resolve().parents[1] / "src" / "martingale"
     allowed = {("manifest.py", "write_text("), ("model/load.py", "save_pretrained("),
-               ("stages/checkpoint.py", "torch.save(")}
+               ("stages/checkpoint.py", "torch.save("), ("stages/train.py", "save_pretrained(policy.adapter_dir"),
+               ("model/vllm.py", 'open(log_path, "w"')}
     pattern = re.compile(r"open\([^)]*['\"][wax]b?\+?['\"]|\.write_text\(|\.write_bytes\(|json\.dump\(|"
                          r"yaml\.(?:safe_)?dump\([^)]*,\s*\w|save_pretrained\(|torch\.save\(")
     found = []

@@ -60,14 +60,18 @@ def stage_id(kind: str, cfg: dict, inputs: dict[str, str]) -> str:
     return f"{kind}-{sha256_json({'kind': kind, 'slice': cfg, 'upstream': inputs})[:12]}"
 
 
-def _model_slice(model: dict) -> dict:
-    return {k: v for k, v in model.items() if k != "resources"}
+SERVING_KEYS = ("backend", "server_url", "vllm")   # how a model is served, not what it is
+
+
+def _model_slice(model: dict, serves: bool) -> dict:
+    drop = ("resources",) if serves else ("resources", *SERVING_KEYS)
+    return {k: v for k, v in model.items() if k not in drop}
 
 
 def stage_slice(kind: StageKind, cfg: dict, step: Optional[str] = None, seed: Optional[int] = None) -> dict:
     """The config a stage of this kind sees (and its id hashes): the kind's keys, the step's own
     config as ``stage``, the seed for a per-seed kind."""
-    out = {key: _model_slice(cfg[key]) if key == "model" else cfg[key] for key in kind.keys}
+    out = {key: _model_slice(cfg[key], kind.serves) if key == "model" else cfg[key] for key in kind.keys}
     if step is not None:
         out["stage"] = cfg["stages"][step]
     if kind.per_seed:

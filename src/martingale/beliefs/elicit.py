@@ -44,6 +44,11 @@ def judge_needed(elicit: dict[str, Any]) -> bool:
     return elicit["mode"] == "samemode" and get_reader(elicit["judge"]).needs_judge
 
 
+def probe_prompts(questions: list[Question], n: int = 4) -> list[str]:
+    """Fixed prompts a backend guard scores (parity, adapter applied): the first n questions' traces."""
+    return [fmt.prompt(q) + " think" for q in questions[:n]]
+
+
 def rollout(gen: "Backend", questions: list[Question], ctx: ReadContext, elicit: dict[str, Any],
             seed: int, temperature: float) -> Rollout:
     """Sample each question's trace (and snap answer) with ``gen``; read prior and posterior."""

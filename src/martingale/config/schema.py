@@ -42,12 +42,30 @@ class Resources:
 
 
 @dataclass
+class VLLMConfig:
+    """The vLLM server a stage starts for ``backend: vllm`` (model/vllm.py), its client and its guards."""
+    python: str = ".venv-vllm/bin/python"   # vLLM's own environment (make vllm)
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.85     # per server: a self judge on another model starts a second one
+    max_lora_rank: int = 16
+    cpu_kv_cache_gib: int = 1                # VLLM_CPU_KVCACHE_SPACE for the CPU build
+    startup_timeout_s: int = 900
+    request_timeout_s: int = 300
+    concurrency: int = 16                    # requests in flight
+    retries: int = 2
+    reload_every: int = 1                    # training: reload the adapter in the server every k steps
+    parity_tol: float = 0.01                 # max |log-prob vLLM − HF| on the probe prompts
+    adapter_floor: float = 1e-5              # an adapter must move some probe log-prob by more
+    extra_args: list[str] = field(default_factory=list)   # more `vllm serve` flags, verbatim
+
+
+@dataclass
 class ModelConfig:
     """A causal LM: the embedded tiny Llama (built and pretrained here) or local weights."""
     name: str = "tiny"
     family: str = "llama"
     path: Optional[str] = None    # local HF folder; None = pretrain the embedded model
-    backend: str = "hf"           # hf (transformers generate) | vllm (GPU, separate env)
+    backend: str = "hf"           # hf (transformers in-process) | vllm (a vLLM server, its own env)
     hidden_size: int = 96
     num_layers: int = 3
     num_heads: int = 3            # head_dim = hidden_size / num_heads = 32: a size vLLM's CPU attention serves (24 is refused)
@@ -55,6 +73,8 @@ class ModelConfig:
     max_length: int = 96
     dtype: str = "float32"
     lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    server_url: Optional[str] = None  # backend vllm: a server you run (served as model.name); null = one per stage
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)
     resources: Resources = field(default_factory=Resources)
 
 
@@ -128,6 +148,7 @@ class EvalConfig:
     ci: float = 0.95
     prior_draws: int = 0          # K extra snap-prior draws per question (snap mode): de-attenuated MS; 0 = off
     negations: bool = False       # also ask each held-out question's negation: coherence |P(A) + P(¬A) − 1|
+    min_parse_rate: float = 0.5   # an eval whose answers state a P less often fails, quoting some
 
 
 @dataclass
@@ -296,6 +317,29 @@ class PathValue(Domain):
 
 
 @dataclass(frozen=True)
+class Url(Domain):
+    """An http(s) URL (a server's base address), or null."""
+
+    def problem(self, value: Any) -> Optional[str]:
+        if value is None:
+            return None
+        if not isinstance(value, str) or not re.fullmatch(r"https?://[A-Za-z0-9.\-\[\]:]+(/[\w./\-]*)?", value):
+            return f"{value!r} is not an http(s) URL like http://127.0.0.1:8000"
+        return None
+
+
+@dataclass(frozen=True)
+class Args(Domain):
+    """A list of command-line arguments, each one line (possibly empty)."""
+
+    def problem(self, value: Any) -> Optional[str]:
+        if not isinstance(value, list) or not all(isinstance(v, str) and v and "\n" not in v and "\0" not in v
+                                                  for v in value):
+            return f"needs a list of one-line arguments, got {value!r}"
+        return None
+
+
+@dataclass(frozen=True)
 class Flag(Domain):
     """true or false."""
 
@@ -350,6 +394,21 @@ DOMAINS: dict[str, Domain] = {
     "model.max_length": COUNT,
     "model.dtype": OneOf(("float32", "bfloat16", "float16")),
     "model.lora_targets": Names(),
+    # model.vllm, model.server_url: model/vllm.py (the server's argv, the client, the guards)
+    "model.server_url": Url(),
+    "model.vllm.python": PathValue(optional=False),
+    "model.vllm.tensor_parallel_size": COUNT,
+    "model.vllm.gpu_memory_utilization": Real(0, 1, lo_open=True),
+    "model.vllm.max_lora_rank": COUNT,
+    "model.vllm.cpu_kv_cache_gib": COUNT,
+    "model.vllm.startup_timeout_s": COUNT,
+    "model.vllm.request_timeout_s": COUNT,
+    "model.vllm.concurrency": COUNT,
+    "model.vllm.retries": Int(0),
+    "model.vllm.reload_every": COUNT,
+    "model.vllm.parity_tol": POSITIVE,
+    "model.vllm.adapter_floor": NONNEG,
+    "model.vllm.extra_args": Args(),
     "model.resources.cpus": COUNT,
     "model.resources.mem_mb": COUNT,
     "model.resources.gpus": Int(0),
@@ -402,6 +461,7 @@ DOMAINS: dict[str, Domain] = {
     "eval.ci": OPEN_UNIT,
     "eval.prior_draws": Int(0),
     "eval.negations": Flag(),
+    "eval.min_parse_rate": FRACTION,
     # wandb: tracking.py
     "wandb.mode": InChoices(),
     "wandb.project": Name(),
@@ -455,12 +515,12 @@ def choices() -> dict[str, tuple[Any, ...]]:
     registries hold — a reward, reader, backend or stage kind added in its own file is allowed
     here with no second list."""
     from ..beliefs.readers import READERS
-    from ..model.backend import BACKENDS
+    from ..model.backend import backends
     from ..rewards import REWARDS
     from ..stages import kind_names
     return {**FIXED_CHOICES,
             "elicit.judge": tuple(READERS),
             "stages.*.reward": (None, *REWARDS),
-            "model.backend": tuple(BACKENDS),
+            "model.backend": tuple(backends()),
             "stages.*.kind": kind_names("step"),
             "eval.kind": kind_names("measure")}

@@ -2,13 +2,17 @@
 
 A backend samples traces, greedy-completes prefixes (a judge's read) and scores completion token
 log-probs. ``model.backend`` names one of ``BACKENDS``; a backend registers itself with
-``@backend(name)``. Light to import (the schema's ``choices()`` reads the registry at compose
-time): torch and transformers are imported inside the methods.
+``@backend(name)`` in its own module of this package (``backends()`` imports each once, like the
+stage kinds). Light to import (the schema's ``choices()`` reads the registry at compose time): torch
+and transformers are imported inside the methods.
 """
 from __future__ import annotations
 
+import importlib
+import pkgutil
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import torch
@@ -29,11 +33,33 @@ class Backend(Protocol):
     def greedy_next(self, texts: list[str], max_new_tokens: int = 1) -> list[str]:
         """The greedy continuation of each text, decoded."""
 
-    def token_logprobs(self, batch: "Batch") -> "torch.Tensor":
-        """log π(token | prefix) at each position of the batch, 0 off its completion tokens, [B, T]."""
+    def token_logprobs(self, batch: "Batch", temperature: float = 1.0) -> "torch.Tensor":
+        """log π(token | prefix) at each position of the batch, 0 off its completion tokens, [B, T];
+        π at ``temperature`` (logits / T), the distribution the samples were drawn from."""
+
+    def with_model(self, model: Any) -> "Backend":
+        """The same backend generating with ``model`` (a peft policy on these weights)."""
+
+    def verify(self, probes: list[str]) -> dict[str, Any]:
+        """Check the backend serves these weights (probe prompts); what was checked, for stage.json."""
+
+    def close(self) -> None:
+        """Release what ``load`` started (a server)."""
 
 
 BACKENDS: dict[str, type] = {}
+HELPERS = ("backend", "generate", "load", "tokenizer")   # modules here that register no backend
+_DISCOVERED: list[bool] = []
+
+
+def backends() -> dict[str, type]:
+    """Every registered backend, after importing each backend module of this package (once)."""
+    if not _DISCOVERED:
+        _DISCOVERED.append(True)
+        for module in pkgutil.iter_modules([str(Path(__file__).parent)]):
+            if module.name not in HELPERS:
+                importlib.import_module(f"{__package__}.{module.name}")
+    return BACKENDS
 
 
 def backend(name: str) -> Callable[[type], type]:
@@ -49,7 +75,7 @@ def backend(name: str) -> Callable[[type], type]:
 def backend_class(model_cfg: dict[str, Any]) -> type:
     """The backend ``model.backend`` names."""
     name = model_cfg["backend"]
-    if name not in BACKENDS:
+    if name not in backends():
         raise ValueError(f"model.backend: unknown backend {name!r} (known: {', '.join(BACKENDS)})")
     return BACKENDS[name]
 
@@ -57,6 +83,24 @@ def backend_class(model_cfg: dict[str, Any]) -> type:
 def open_model(folder: Path | str, model_cfg: dict[str, Any]) -> Backend:
     """The model in a stage folder (or a local HF folder), behind the configured backend."""
     return backend_class(model_cfg).load(folder, model_cfg)
+
+
+@contextmanager
+def open_models(model: Path | str, judge: Path | str, model_cfg: dict[str, Any],
+                judge_needed: bool) -> Iterator[tuple[Backend, Backend | None]]:
+    """A stage's model and its judge (None when its reader needs none) behind the configured
+    backend, closed when the stage is done; a judge in the model's own folder is the same backend
+    (one server, not two)."""
+    opened: list[Backend] = []
+    try:
+        opened.append(open_model(model, model_cfg))
+        gen = opened[0]
+        if judge_needed and Path(judge).resolve() != Path(model).resolve():
+            opened.append(open_model(judge, model_cfg))
+        yield gen, (opened[-1] if judge_needed else None)
+    finally:
+        for b in opened:
+            b.close()
 
 
 @backend("hf")
@@ -80,6 +124,15 @@ class HFBackend:
         from .generate import greedy_next
         return greedy_next(self.model, self.tokenizer, texts, max_new_tokens)
 
-    def token_logprobs(self, batch: "Batch") -> "torch.Tensor":
+    def token_logprobs(self, batch: "Batch", temperature: float = 1.0) -> "torch.Tensor":
         from .generate import token_logprobs
-        return token_logprobs(self.model, batch)
+        return token_logprobs(self.model, batch, temperature)
+
+    def with_model(self, model: Any) -> "HFBackend":
+        return type(self)(model, self.tokenizer)
+
+    def verify(self, probes: list[str]) -> dict[str, Any]:
+        return {}   # the reference every other backend is compared with
+
+    def close(self) -> None:
+        pass

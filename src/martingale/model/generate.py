@@ -42,12 +42,14 @@ def sample(model, tokenizer, prompts: list[str], max_new_tokens: int, temperatur
     return Batch(input_ids, attention, cmask, texts)
 
 
-def token_logprobs(model, batch: Batch) -> torch.Tensor:
-    """log π(token | prefix) at every position (0 where not a completion token), shape [B, T]."""
+def token_logprobs(model, batch: Batch, temperature: float = 1.0) -> torch.Tensor:
+    """log π_T(token | prefix) at every position (0 where not a completion token), shape [B, T];
+    π_T = softmax(logits / T), the distribution sampling at temperature T draws from."""
     ids, attn = batch.input_ids, batch.attention_mask
     position_ids = (attn.cumsum(dim=1) - 1).clamp(min=0)
     logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids).logits[:, :-1]
-    logp = torch.log_softmax(logits.float(), dim=-1)
+    logits = logits.float() if temperature == 1.0 else logits.float() / float(temperature)
+    logp = torch.log_softmax(logits, dim=-1)
     tok = logp.gather(-1, ids[:, 1:, None]).squeeze(-1)
     tok = F.pad(tok, (1, 0))
     return tok * batch.completion_mask
@@ -60,3 +62,24 @@ def greedy_next(model, tokenizer, texts: list[str], max_new_tokens: int = 1) -> 
     out = model.generate(**enc, do_sample=False, max_new_tokens=max_new_tokens,
                          pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
     return tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+
+
+def batch_from_ids(tokenizer, prompts: list[list[int]], completions: list[list[int]]) -> Batch:
+    """A Batch from token ids generated elsewhere (a server): prompts left-padded, completions
+    right-padded, the same layout ``sample`` returns."""
+    pad = tokenizer.pad_token_id
+    width_p = max(len(p) for p in prompts)
+    width_c = max(1, max(len(c) for c in completions))
+    ids = torch.full((len(prompts), width_p + width_c), pad, dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    cmask = torch.zeros_like(ids)
+    for i, (p, c) in enumerate(zip(prompts, completions)):
+        ids[i, width_p - len(p):width_p] = torch.tensor(p, dtype=torch.long)
+        attn[i, width_p - len(p):width_p] = 1
+        if c:
+            ids[i, width_p:width_p + len(c)] = torch.tensor(c, dtype=torch.long)
+            attn[i, width_p:width_p + len(c)] = 1
+            cmask[i, width_p:width_p + len(c)] = 1
+    texts = tokenizer.batch_decode(ids[:, width_p:].masked_fill(cmask[:, width_p:] == 0, pad),
+                                   skip_special_tokens=True)
+    return Batch(ids, attn, cmask, texts)

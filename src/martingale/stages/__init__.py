@@ -12,7 +12,9 @@ A kind's place in a chain:
   metrics out.
 
 Its slice is the config keys ``keys`` (plus ``stage``, the step's own config, for a step, and
-``seed`` for a per-seed kind): the stage id hashes it, and ``run`` receives it. Input roles name
+``seed`` for a per-seed kind): the stage id hashes it, and ``run`` receives it. A kind that does not
+generate through ``model.backend`` (``serves=False``) sees no serving keys (``model.backend``,
+``server_url``, ``vllm``): the same model built under another engine is the same stage. Input roles name
 upstream stage folders: ``judge_model`` is the run's judge (its start model), any other role the
 model upstream. ``run(cfg, <roles>=folder, out_dir=folder)`` writes only out_dir; heavy libraries
 (torch, transformers) are imported inside it, so finding the kinds never loads them.
@@ -38,6 +40,7 @@ class StageKind:
     when: Optional[Callable[[dict], bool]] = None   # source/start: does this run need the kind
     per_seed: bool = False
     local: bool = False                             # runs on the submitting host, never as a job
+    serves: bool = False                            # generates through model.backend (its keys matter)
 
 
 _KINDS: dict[str, StageKind] = {}
@@ -45,13 +48,13 @@ _KINDS: dict[str, StageKind] = {}
 
 def stage_kind(name: str, place: str, keys: tuple[str, ...], inputs: tuple[str, ...] = (),
                when: Optional[Callable[[dict], bool]] = None, per_seed: bool = False,
-               local: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+               local: bool = False, serves: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the decorated ``run`` as stage kind ``name`` (see the module docstring)."""
     if place not in PLACES:
         raise ValueError(f"stage kind {name}: place {place!r} is not one of {', '.join(PLACES)}")
 
     def register(run: Callable[..., Any]) -> Callable[..., Any]:
-        _KINDS[name] = StageKind(name, place, tuple(keys), tuple(inputs), run, when, per_seed, local)
+        _KINDS[name] = StageKind(name, place, tuple(keys), tuple(inputs), run, when, per_seed, local, serves)
         return run
     return register
 

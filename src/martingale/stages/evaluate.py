@@ -89,22 +89,36 @@ def evaluate_model(gen, judge, cfg: dict[str, Any], questions) -> list[dict[str,
 
 
 @stage_kind("evaluate", "measure", keys=("world", "model", "elicit", "eval"), inputs=("model", "judge_model"),
-            per_seed=True)
+            per_seed=True, serves=True)
 def run(cfg: dict[str, Any], model: Path, judge_model: Path, out_dir: Path) -> None:
     """cfg: world, model, elicit, eval, seed → out_dir/records.jsonl and out_dir/metrics.json."""
-    from ..beliefs.elicit import judge_needed
+    from ..beliefs.elicit import judge_needed, probe_prompts
     from ..metrics import stage_metrics
-    from ..model.backend import open_model
+    from ..model.backend import open_models
 
     seed = int(cfg["seed"])
     seed_everything(seed)
     world = make_world(cfg["world"])
     _, heldout = world.splits()
-    gen = open_model(model, cfg["model"])
-    judge = open_model(judge_model, cfg["model"]) if judge_needed(cfg["elicit"]) else None
-    records = evaluate_model(gen, judge, cfg, heldout)
+    with open_models(model, judge_model, cfg["model"], judge_needed(cfg["elicit"])) as (gen, judge):
+        guards = gen.verify(probe_prompts(heldout))
+        records = evaluate_model(gen, judge, cfg, heldout)
+    check_parse_rate(records, float(cfg["eval"]["min_parse_rate"]))
     metrics = stage_metrics(records, int(cfg["eval"]["n_bootstrap"]), float(cfg["eval"]["ci"]), seed)
     log.info("eval: %s", {k: metrics.get(k) for k in ("brier", "ms", "ms_trace", "parse_rate")})
     with io.atomic_dir(out_dir) as tmp:
         io.write_jsonl(tmp / "records.jsonl", records)
         io.write_json(tmp / "metrics.json", metrics)
+        io.write_json(tmp / "backend.json", {"backend": cfg["model"]["backend"], **guards})
+
+
+def check_parse_rate(records: list[dict[str, Any]], floor: float) -> None:
+    """Fail the stage when fewer than ``eval.min_parse_rate`` of its answers state a P, quoting
+    some that did not: a model that stopped answering is not measured as if it had."""
+    from .common import StageError
+    unparsed = [r for r in records if r["stated"] is None]
+    rate = 1 - len(unparsed) / max(1, len(records))
+    if rate < floor:
+        shown = " | ".join(repr(r["completion"][-60:]) for r in unparsed[:3])
+        raise StageError(f"eval: parse rate {rate:.3f} < eval.min_parse_rate {floor} "
+                         f"({len(unparsed)} of {len(records)} answers state no P; e.g. {shown})")

@@ -5,12 +5,16 @@ questions → read prior and posterior (the run's elicit mode) → reward (rewar
 advantage = reward minus its question's group mean, divided by the batch sd, clipped → loss =
 per-token −A·log π + β·KL(π‖π_start) (k3 estimator, ≥ 0) → AdamW on the adapter. The adapter is
 merged at the end so the next stage starts from this one's model. Sampling, judge reads and
-log-probs go through the run's generation backend (model.backend) wrapping the LoRA policy.
+log-probs go through the run's generation backend (model.backend) wrapping the LoRA policy; a
+server backend (vllm) gets the adapter reloaded every ``model.vllm.reload_every`` steps, checked
+applied each time, while the loss's log-probs come from the torch policy (as TRL's GRPO does). A
+stage whose merged weights equal its start model's (zero advantages, all-masked batches) fails.
 Every ``checkpoint_every`` steps a checkpoint (stages/checkpoint.py) is written beside the output
 folder: a killed stage rerun resumes from it and ends with the same bytes as an uninterrupted one.
 """
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,11 +84,14 @@ def _as_array(xs) -> np.ndarray:
 
 @dataclass
 class Policy:
-    """The policy being trained: the peft model, the backend generating with it, its optimiser."""
+    """The policy being trained: the peft model, the backend generating with it, its optimiser;
+    for a server backend, where its adapter is saved for the server and the probes that check it."""
     model: Any
     gen: Any
     opt: Any
     params: list
+    adapter_dir: Path | None = None
+    probes: tuple[str, ...] = ()
 
 
 def lora_policy(start, stage: dict[str, Any], model_cfg: dict[str, Any]) -> Policy:
@@ -98,19 +105,42 @@ def lora_policy(start, stage: dict[str, Any], model_cfg: dict[str, Any]) -> Poli
                                                    target_modules=list(model_cfg["lora_targets"])))
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=float(stage["lr"]), weight_decay=0.0)
-    return Policy(model, type(start)(model, start.tokenizer), opt, params)
+    return Policy(model, start.with_model(model), opt, params)
 
 
-def rollout_loss(policy: Policy, ro, adv: torch.Tensor, beta: float):
+def serve_policy(policy: Policy) -> None:
+    """A server backend samples from the adapter being trained: save it, (re)load it in the server
+    under ``policy``, and check the server applies it (model/vllm.py's adapter guard)."""
+    if not hasattr(policy.gen, "load_adapter"):
+        return
+    policy.model.save_pretrained(policy.adapter_dir)
+    policy.gen.load_adapter("policy", policy.adapter_dir)
+    policy.gen.check_adapter("policy", list(policy.probes))
+
+
+def weights_digest(model) -> str:
+    """sha256 over every parameter's bytes in name order: equal digests = equal weights."""
+    import hashlib
+
+    import torch
+    h = hashlib.sha256()
+    for name, p in model.state_dict().items():
+        h.update(name.encode())
+        h.update(p.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def rollout_loss(policy: Policy, ro, adv: torch.Tensor, beta: float, temperature: float):
     """policy_loss averaged over the rollout's batches (the trace; the snap answer in snap mode),
-    the reference log-probs from the same model with its adapter off. Returns (loss, mean k3)."""
+    the reference log-probs from the same model with its adapter off, both at the sampling
+    temperature (the distribution the samples came from). Returns (loss, mean k3)."""
     import torch
     loss, kl = 0.0, 0.0
     batches = [ro.trace] + ([ro.snap] if ro.snap is not None else [])
     for b in batches:
-        logp = policy.gen.token_logprobs(b)
+        logp = policy.gen.token_logprobs(b, temperature)
         with torch.no_grad(), policy.model.disable_adapter():
-            ref = policy.gen.token_logprobs(b)
+            ref = policy.gen.token_logprobs(b, temperature)
         part_loss, part_kl = policy_loss(logp, ref, adv, b.completion_mask.float(), beta)
         loss, kl = loss + part_loss / len(batches), kl + part_kl.detach() / len(batches)
     return loss, kl
@@ -131,7 +161,7 @@ def step_loss(policy: Policy, score: Callable[..., np.ndarray], qs, group: np.nd
                 stated=_as_array(ro.stated), y=y)
     adv = torch.tensor(advantages(rew, group, float(stage["adv_clip"])), dtype=torch.float32)
     policy.model.train()
-    loss, kl = rollout_loss(policy, ro, adv, float(stage["kl_beta"]))
+    loss, kl = rollout_loss(policy, ro, adv, float(stage["kl_beta"]), float(stage["temperature"]))
     return loss, kl, rew, _as_array(ro.stated), y
 
 
@@ -176,6 +206,9 @@ def train_steps(policy: Policy, score: Callable[..., np.ndarray], train_q, ctx, 
     order_rng = np.random.default_rng([seed, 11])
     done = checkpoint.resume(ckpt, policy, cfg, order_rng)
     history, t0 = done.history, time.time()
+    reload_every = int(cfg["model"]["vllm"]["reload_every"])
+    if done.step:
+        serve_policy(policy)                        # the resumed adapter, not the start model
     for epoch in range(done.epoch, int(stage["epochs"])):
         epoch_rng = order_rng.bit_generator.state   # a checkpoint this epoch redraws its permutation
         perm = order_rng.permutation(len(train_q))
@@ -193,6 +226,8 @@ def train_steps(policy: Policy, score: Callable[..., np.ndarray], train_q, ctx, 
                                  f"(lr {stage['lr']}, kl_beta {stage['kl_beta']}): stopping")
             update(policy, loss)
             check_adapter(policy, name, step, stage)
+            if (step + 1) % reload_every == 0:
+                serve_policy(policy)
             history.append({"step": step, "epoch": epoch, **step_row(loss, kl, rew, stated, y)})
             if step % 20 == 0:
                 log.info("%s step %d %s (%.0fs)", name, step, history[-1], time.time() - t0)
@@ -200,13 +235,13 @@ def train_steps(policy: Policy, score: Callable[..., np.ndarray], train_q, ctx, 
 
 
 @stage_kind("train", "step", keys=("world", "model", "elicit"), inputs=("start_model", "judge_model"),
-            per_seed=True)
+            per_seed=True, serves=True)
 def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path) -> None:
     """cfg: world, model, elicit, stage, seed → out_dir/model (adapter merged), train.jsonl, stage.json.
     Its checkpoints (stages/checkpoint.py) live beside out_dir until the output is written."""
-    from ..beliefs.elicit import judge_needed
+    from ..beliefs.elicit import judge_needed, probe_prompts
     from ..beliefs.readers import ReadContext
-    from ..model.backend import open_model
+    from ..model.backend import open_models
     from ..model.load import save
 
     stage, elicit, seed = cfg["stage"], cfg["elicit"], int(cfg["seed"])
@@ -220,23 +255,29 @@ def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path
     train_q, _ = world.splits()
     if stage["balance"]:
         train_q = train_q + [q.negation() for q in train_q]
-    start = open_model(start_model, cfg["model"])
-    judge = open_model(judge_model, cfg["model"]) if judge_needed(elicit) else None
-    ctx = ReadContext(world=world, judge=judge)
-    train_q, filter_info = select_questions(start, train_q, ctx, elicit, stage, seed)
-    if filter_info:
-        log.info("%s filter: %s", name, filter_info)
-
-    policy = lora_policy(start, stage, cfg["model"])
-    ckpt = checkpoint.folder(out_dir)
-    history = train_steps(policy, score, train_q, ctx, cfg, ckpt, name)
+    with open_models(start_model, judge_model, cfg["model"], judge_needed(elicit)) as (start, judge):
+        probes = tuple(probe_prompts(train_q))
+        guards = start.verify(list(probes))
+        ctx = ReadContext(world=world, judge=judge)
+        train_q, filter_info = select_questions(start, train_q, ctx, elicit, stage, seed)
+        if filter_info:
+            log.info("%s filter: %s", name, filter_info)
+        start_digest = weights_digest(start.model)
+        policy = lora_policy(start, stage, cfg["model"])
+        policy.adapter_dir, policy.probes = checkpoint.folder(out_dir).with_suffix(".adapter"), probes
+        ckpt = checkpoint.folder(out_dir)
+        history = train_steps(policy, score, train_q, ctx, cfg, ckpt, name)
     if not history:
         raise StageError(f"{name}: no training step ran ({len(train_q)} questions < "
                          f"batch_questions {stage['batch_questions']})")
     merged = policy.model.merge_and_unload()
+    if weights_digest(merged) == start_digest:
+        raise StageError(f"{name}: training did not move the model ({len(history)} steps left the "
+                         "merged weights equal to the start model's: zero advantages or all-masked batches?)")
     with io.atomic_dir(out_dir) as tmp:
         save(merged, start.tokenizer, tmp)
         io.write_jsonl(tmp / "train.jsonl", history)
-        io.write_json(tmp / "stage.json", {"kind": "train", "reward": stage["reward"],
-                                           "steps": len(history), "filter": filter_info})
+        io.write_json(tmp / "stage.json", {"kind": "train", "reward": stage["reward"], "steps": len(history),
+                                           "filter": filter_info, "backend": cfg["model"]["backend"], **guards})
     checkpoint.remove(ckpt)
+    shutil.rmtree(policy.adapter_dir, ignore_errors=True)

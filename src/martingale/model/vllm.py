@@ -1,0 +1,309 @@
+"""The ``vllm`` backend: generation through vLLM's OpenAI-compatible server, log-probs from torch.
+
+A stage that opens a model with ``model.backend=vllm`` starts ``python -m
+vllm.entrypoints.openai.api_server`` from ``model.vllm.python`` (the separate ``.venv-vllm``: vLLM
+pins its own torch) on a free local port, waits for ``/health``, and stops it by process group when
+the stage closes the backend (or dies: the server gets SIGTERM when its parent does). With
+``model.server_url`` it talks to a server the user runs instead (its ``--served-model-name`` must
+be ``model.name``). Requests go to ``/v1/completions`` as token ids (no tokenizer drift), one per
+prompt with its own seed (seed·100003 + i: determinism independent of batching), ``concurrency``
+at a time, each retried ``retries`` times; a server that died fails the stage with its log's tail.
+
+LoRA adapters are served by name: ``load_adapter(name, folder)`` posts ``/v1/load_lora_adapter``
+(runtime LoRA updating is enabled for the servers started here) and ``use(name)`` routes requests
+to it. Completion log-probs for a loss come from the in-process torch model (``token_logprobs``).
+
+Guards (each fails the stage with one line, never passes when it could not run):
+- ``verify``: on probe prompts, the server's greedy tokens equal HF's and their log-probs differ
+  by at most ``vllm.parity_tol`` (the same weights, another engine).
+- ``check_adapter``: the probes' log-probs with the adapter differ from the base model's by more
+  than ``vllm.adapter_floor`` (vLLM has served the base model silently for an adapter).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .backend import HFBackend, backend
+
+if TYPE_CHECKING:
+    import torch
+
+    from .generate import Batch
+
+SEED_STRIDE = 100_003   # request i of a batch sampled with seed s uses seed s·100003 + i
+LOG_TAIL = 12           # lines of the server log quoted when it dies
+
+
+def _stage_error(message: str) -> Exception:
+    from ..stages.common import StageError
+    return StageError(message)
+
+
+def _die_with_parent() -> None:
+    """In the server's process: start a session (stopped as a group) and get SIGTERM when the
+    stage process dies, even by SIGKILL (Linux prctl PR_SET_PDEATHSIG)."""
+    os.setsid()
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+    except OSError:   # not Linux: the stage's own close() still stops it
+        pass
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def server_command(model_dir: Path, model_cfg: dict[str, Any], port: int) -> list[str]:
+    """The argv that serves ``model_dir`` under ``model.name`` with LoRA enabled."""
+    v = model_cfg["vllm"]
+    return [str(v["python"]), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(model_dir), "--served-model-name", str(model_cfg["name"]),
+            "--host", "127.0.0.1", "--port", str(port), "--seed", "0",
+            "--dtype", str(model_cfg["dtype"]), "--max-model-len", str(int(model_cfg["max_length"])),
+            "--enable-lora", "--max-lora-rank", str(int(v["max_lora_rank"])),
+            "--tensor-parallel-size", str(int(v["tensor_parallel_size"])),
+            "--gpu-memory-utilization", str(float(v["gpu_memory_utilization"])),
+            *[str(a) for a in v["extra_args"]]]
+
+
+class Server:
+    """One vLLM server: started here (``start``; ``stop`` ends it) or a user's (``model.server_url``)."""
+
+    def __init__(self, url: str, model_cfg: dict[str, Any], proc: subprocess.Popen | None = None,
+                 log_path: Path | None = None):
+        import requests
+        self.url, self.proc, self.log_path = url.rstrip("/"), proc, log_path
+        v = model_cfg["vllm"]
+        self.timeout, self.retries = float(v["request_timeout_s"]), int(v["retries"])
+        self.concurrency = int(v["concurrency"])
+        self.http = requests.Session()
+
+    @classmethod
+    def start(cls, model_dir: Path, model_cfg: dict[str, Any]) -> "Server":
+        """Serve ``model_dir``; wait until ``/health`` answers (``vllm.startup_timeout_s``)."""
+        v = model_cfg["vllm"]
+        python = Path(v["python"])
+        if not python.is_file():
+            raise _stage_error(f"model.vllm.python: {python} does not exist: `make vllm` creates "
+                               ".venv-vllm (scripts/install_vllm.sh)")
+        port = _free_port()
+        log_dir = Path("logs") / "vllm"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = log_dir / f"{model_cfg['name']}-{os.getpid()}-{port}.log"
+        env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
+               "VLLM_CPU_KVCACHE_SPACE": str(int(v["cpu_kv_cache_gib"]))}
+        with open(log_path, "w", encoding="utf-8") as log:
+            proc = subprocess.Popen(server_command(Path(model_dir).resolve(), model_cfg, port),
+                                    stdout=log, stderr=subprocess.STDOUT, env=env,
+                                    preexec_fn=_die_with_parent)
+        server = cls(f"http://127.0.0.1:{port}", model_cfg, proc, log_path)
+        try:
+            server.wait_ready(float(v["startup_timeout_s"]))
+        except BaseException:
+            server.stop()
+            raise
+        return server
+
+    def log_tail(self) -> str:
+        if self.log_path is None or not self.log_path.is_file():
+            return "(no server log)"
+        lines = self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+        return " | ".join(line.strip() for line in lines[-LOG_TAIL:])
+
+    def check_alive(self) -> None:
+        """Raise, quoting the log, when the server started here has exited."""
+        if self.proc is not None and self.proc.poll() is not None:
+            raise _stage_error(f"vLLM server exited ({self.proc.returncode}); log {self.log_path}: "
+                               f"{self.log_tail()}")
+
+    def wait_ready(self, timeout: float) -> None:
+        import requests
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.check_alive()
+            try:
+                if self.http.get(self.url + "/health", timeout=5).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(1.0)
+        raise _stage_error(f"vLLM server at {self.url} not ready after {timeout:.0f} s "
+                           f"(model.vllm.startup_timeout_s); log: {self.log_tail()}")
+
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        """POST with retries; a dead server or a refused request fails with its reason."""
+        import requests
+        last = ""
+        for attempt in range(self.retries + 1):
+            self.check_alive()
+            try:
+                r = self.http.post(self.url + path, json=body, timeout=self.timeout)
+            except requests.RequestException as e:
+                last = f"{type(e).__name__}: {e}"
+                time.sleep(min(2.0 ** attempt, 10.0))
+                continue
+            if r.status_code == 200:
+                return r.json() if "json" in r.headers.get("content-type", "") else r.text
+            if r.status_code < 500:   # the request is wrong: retrying will not help
+                raise _stage_error(f"vLLM {path}: HTTP {r.status_code}: {r.text[:300]}")
+            last = f"HTTP {r.status_code}: {r.text[:300]}"
+            time.sleep(min(2.0 ** attempt, 10.0))
+        self.check_alive()
+        raise _stage_error(f"vLLM {path}: failed after {self.retries + 1} tries: {last}")
+
+    def complete(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """One ``/v1/completions`` request per body, ``concurrency`` in flight; the first choice of each."""
+        with ThreadPoolExecutor(max_workers=max(1, self.concurrency)) as pool:
+            return [r["choices"][0] for r in pool.map(lambda b: self.post("/v1/completions", b), bodies)]
+
+    def stop(self) -> None:
+        """Stop a server started here: SIGTERM to its process group, SIGKILL after 30 s."""
+        self.http.close()
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        except ProcessLookupError:
+            pass
+
+
+@backend("vllm")
+class VLLMBackend:
+    """Samples and greedy reads through a vLLM server; log-probs and the parity reference from
+    the same weights in torch (``local``, an HFBackend, also the one a training stage updates)."""
+
+    def __init__(self, server: Server, local: HFBackend, model_cfg: dict[str, Any]):
+        self.server, self.local, self.cfg = server, local, model_cfg
+        self.tokenizer = local.tokenizer
+        self.base_name = self.served = str(model_cfg["name"])
+
+    @property
+    def model(self) -> Any:
+        return self.local.model
+
+    @classmethod
+    def load(cls, folder: Path | str, model_cfg: dict[str, Any]) -> "VLLMBackend":
+        from .load import model_dir
+        local = HFBackend.load(folder, model_cfg)
+        path = model_dir(folder) if model_dir(folder).is_dir() else Path(folder)
+        url = model_cfg.get("server_url")
+        server = Server(url, model_cfg) if url else Server.start(path, model_cfg)
+        if url:
+            server.wait_ready(float(model_cfg["vllm"]["startup_timeout_s"]))
+        return cls(server, local, model_cfg)
+
+    def with_model(self, model: Any) -> "VLLMBackend":
+        """The same server, log-probs from ``model`` (a peft policy on this backend's weights)."""
+        return type(self)(self.server, HFBackend(model, self.tokenizer), self.cfg)
+
+    def close(self) -> None:
+        self.server.stop()
+
+    # -- generation ----------------------------------------------------------------------------
+    def _ids(self, texts: list[str]) -> list[list[int]]:
+        return [list(x) for x in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+    def _completion_ids(self, choice: dict[str, Any]) -> list[int]:
+        """The completion's token ids, ending in eos when it stopped there (as HF's do)."""
+        ids = list(choice.get("token_ids") or [])
+        eos = self.tokenizer.eos_token_id
+        if choice.get("finish_reason") == "stop" and choice.get("stop_reason") is None and (not ids or ids[-1] != eos):
+            ids.append(eos)
+        return ids
+
+    def _generate(self, texts: list[str], max_new_tokens: int, temperature: float, seed: int | None,
+                  logprobs: bool = False, model: str | None = None) -> tuple[list[list[int]], list[dict]]:
+        prompts = self._ids(texts)
+        bodies = [{"model": model or self.served, "prompt": p, "max_tokens": int(max_new_tokens),
+                   "temperature": float(temperature), "return_token_ids": True,
+                   **({"seed": seed * SEED_STRIDE + i} if seed is not None else {}),
+                   **({"logprobs": 0} if logprobs else {})} for i, p in enumerate(prompts)]
+        choices = self.server.complete(bodies)
+        return prompts, choices
+
+    def sample(self, prompts: list[str], max_new_tokens: int, temperature: float, seed: int) -> "Batch":
+        from .generate import batch_from_ids
+        ids, choices = self._generate(prompts, max_new_tokens, temperature, seed)
+        return batch_from_ids(self.tokenizer, ids, [self._completion_ids(c) for c in choices])
+
+    def greedy_next(self, texts: list[str], max_new_tokens: int = 1) -> list[str]:
+        _, choices = self._generate(texts, max_new_tokens, 0.0, None)
+        return [self.tokenizer.decode(self._completion_ids(c), skip_special_tokens=True) for c in choices]
+
+    def token_logprobs(self, batch: "Batch", temperature: float = 1.0) -> "torch.Tensor":
+        return self.local.token_logprobs(batch, temperature)
+
+    # -- adapters ------------------------------------------------------------------------------
+    def load_adapter(self, name: str, folder: Path) -> None:
+        """Load (or reload in place) a LoRA adapter folder in the server under ``name``; route to it."""
+        self.server.post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(Path(folder).resolve()),
+                                                   "load_inplace": True})
+        self.served = name
+
+    def use_base(self) -> None:
+        self.served = self.base_name
+
+    # -- guards --------------------------------------------------------------------------------
+    def _greedy_logprobs(self, texts: list[str], model: str, tokens: int = 8) -> list[tuple[list[int], list[float]]]:
+        """Each text's greedy continuation from ``model`` (a base or adapter name): (ids, log-probs)."""
+        _, choices = self._generate(texts, tokens, 0.0, None, logprobs=True, model=model)
+        return [(self._completion_ids(c), [x for x in c["logprobs"]["token_logprobs"] if x is not None])
+                for c in choices]
+
+    def verify(self, probes: list[str], tokens: int = 8) -> dict[str, Any]:
+        """Backend parity on ``probes``: greedy tokens equal to HF's, log-probs within parity_tol."""
+        import torch
+
+        from .generate import batch_from_ids
+        if not probes:
+            raise _stage_error("backend parity: no probe prompts, the check cannot run")
+        tol = float(self.cfg["vllm"]["parity_tol"])
+        ids, choices = self._generate(probes, tokens, 0.0, None, logprobs=True, model=self.base_name)
+        ours = self.local.sample(probes, tokens, 0.0, 0)
+        theirs = [self._completion_ids(c) for c in choices]
+        hf_ids = [row[m].tolist() for row, m in zip(ours.input_ids, ours.completion_mask.bool())]
+        if hf_ids != theirs:
+            i = next(i for i, (a, b) in enumerate(zip(hf_ids, theirs)) if a != b)
+            raise _stage_error(f"backend parity: greedy tokens differ from HF on probe {i} "
+                               f"(vLLM {theirs[i][:8]}, HF {hf_ids[i][:8]}): the server is not serving these weights")
+        served = batch_from_ids(self.tokenizer, ids, theirs)
+        with torch.no_grad():
+            ref = self.local.token_logprobs(served)
+        gaps = [abs(a - b) for row, m, c in zip(ref, served.completion_mask.bool(), choices)
+                for a, b in zip(row[m].tolist(), c["logprobs"]["token_logprobs"]) if b is not None]
+        if not gaps:
+            raise _stage_error("backend parity: no log-prob came back to compare, the check cannot run")
+        if max(gaps) > tol:
+            raise _stage_error(f"backend parity: log-probs differ from HF by {max(gaps):.4f} > "
+                               f"model.vllm.parity_tol {tol}")
+        return {"parity_max_logprob_gap": round(max(gaps), 6), "parity_probes": len(probes)}
+
+    def check_adapter(self, name: str, probes: list[str]) -> float:
+        """How far adapter ``name`` moves the probes' greedy continuations from the base model's:
+        the largest |Δ log-prob| of the chosen tokens (inf where a token differs); fails "adapter
+        not applied" at or under ``vllm.adapter_floor``."""
+        floor = float(self.cfg["vllm"]["adapter_floor"])
+        with_a, without = self._greedy_logprobs(probes, name), self._greedy_logprobs(probes, self.base_name)
+        gaps = [float("inf") if ids_a != ids_b else max((abs(a - b) for a, b in zip(lp_a, lp_b)), default=None)
+                for (ids_a, lp_a), (ids_b, lp_b) in zip(with_a, without)]
+        gaps = [g for g in gaps if g is not None]
+        if not gaps:
+            raise _stage_error(f"adapter {name}: no log-prob came back to compare, the check cannot run")
+        if max(gaps) <= floor:
+            raise _stage_error(f"adapter not applied: {name} changes no probe log-prob by more than "
+                               f"model.vllm.adapter_floor {floor} (max {max(gaps):.2e})")
+        return max(gaps)
