@@ -86,7 +86,8 @@ class Server:
         v = model_cfg["vllm"]
         self.timeout, self.retries = float(v["request_timeout_s"]), int(v["retries"])
         self.concurrency = int(v["concurrency"])
-        self.http = requests.Session()
+        self.http = requests.Session()   # a connection per request in flight, kept between batches
+        self.http.mount("http://", requests.adapters.HTTPAdapter(pool_maxsize=max(10, self.concurrency)))
 
     @classmethod
     def start(cls, model_dir: Path, model_cfg: dict[str, Any]) -> "Server":
