@@ -1,0 +1,53 @@
+"""The stage guards that need no server (the vLLM ones are in tests/test_vllm.py), each with its
+fault injected: a training stage that did not move the model, and an eval under its parse-rate
+floor. Each fails the stage with one line and writes nothing."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from martingale import rewards
+from martingale.stages import evaluate, train
+from martingale.stages.common import StageError
+
+
+@pytest.fixture
+def constant_reward():
+    """A reward that gives every sample the same score, parsed or not: zero advantages, no gradient."""
+    @rewards.reward("test-constant", needs=("y",))
+    def constant(y, **_):
+        return y * 0.0
+    yield "test-constant"
+    rewards.REWARDS.pop("test-constant")
+
+
+@pytest.mark.slow   # steps a model (~15 s)
+def test_a_training_stage_that_left_the_weights_unchanged_fails(tmp_path, default_cfg, untrained_model,
+                                                                constant_reward):
+    torch.set_num_threads(1)
+    world = {**default_cfg["world"], "n_train": 8, "n_heldout": 8}
+    stage = {**default_cfg["stages"]["s1"], "reward": constant_reward, "batch_questions": 4,
+             "generations": 2, "epochs": 1, "kl_beta": 0.0}
+    cfg = {"world": world, "model": default_cfg["model"], "seed": 0, "stage": stage,
+           "elicit": {"mode": "samemode", "judge": "trace", "cut": 0.5}}
+    with pytest.raises(StageError, match=r"^train stage \(test-constant reward\): training did not move "
+                                         r"the model \(\d+ steps") as info:
+        train.run(cfg, start_model=untrained_model, judge_model=untrained_model, out_dir=tmp_path / "out")
+    assert "\n" not in str(info.value) and not (tmp_path / "out").exists()
+
+
+def test_an_eval_under_its_parse_rate_floor_fails_quoting_unparsed_answers():
+    records = [{"stated": 0.4, "completion": "think c1 +1 P = 0.40"},
+               {"stated": None, "completion": "think c1 +1 c2 c2 c2"},
+               {"stated": None, "completion": "snap snap"}]
+    with pytest.raises(StageError, match=r"^eval: parse rate 0\.333 < eval\.min_parse_rate 0\.5 "
+                                         r"\(2 of 3 answers state no P; e\.g\. 'think c1 \+1 c2 c2 c2'") as info:
+        evaluate.check_parse_rate(records, 0.5)
+    assert "\n" not in str(info.value)
+    evaluate.check_parse_rate(records, 0.3)      # at or over the floor: the stage goes on
+
+
+def test_the_parse_rate_floor_is_a_fraction_checked_at_check_time():
+    from martingale.config.schema import DOMAINS
+    assert DOMAINS["eval.min_parse_rate"].problem(1.5) is not None
+    assert DOMAINS["eval.min_parse_rate"].problem(0.5) is None
