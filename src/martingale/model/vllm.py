@@ -21,19 +21,17 @@ Guards (each fails the stage with one line, never passes when it could not run):
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
-import socket
-import subprocess
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .backend import HFBackend, backend
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:   # the plan imports this module at parse time (schema.choices): stdlib imports too are lazy
+    import subprocess
+
     import torch
 
     from .generate import Batch
@@ -50,6 +48,7 @@ def _stage_error(message: str) -> Exception:
 def _die_with_parent() -> None:
     """In the server's process: start a session (stopped as a group) and get SIGTERM when the
     stage process dies, even by SIGKILL (Linux prctl PR_SET_PDEATHSIG)."""
+    import ctypes
     os.setsid()
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
@@ -58,6 +57,7 @@ def _die_with_parent() -> None:
 
 
 def _free_port() -> int:
+    import socket
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -92,6 +92,7 @@ class Server:
     @classmethod
     def start(cls, model_dir: Path, model_cfg: dict[str, Any]) -> "Server":
         """Serve ``model_dir``; wait until ``/health`` answers (``vllm.startup_timeout_s``)."""
+        import subprocess
         v = model_cfg["vllm"]
         python = Path(v["python"])
         if not python.is_file():
@@ -164,11 +165,13 @@ class Server:
 
     def complete(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """One ``/v1/completions`` request per body, ``concurrency`` in flight; the first choice of each."""
+        from concurrent.futures import ThreadPoolExecutor
         with ThreadPoolExecutor(max_workers=max(1, self.concurrency)) as pool:
             return [r["choices"][0] for r in pool.map(lambda b: self.post("/v1/completions", b), bodies)]
 
     def stop(self) -> None:
         """Stop a server started here: SIGTERM to its process group, SIGKILL after 30 s."""
+        import subprocess
         self.http.close()
         if self.proc is None or self.proc.poll() is not None:
             return
