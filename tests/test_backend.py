@@ -63,3 +63,20 @@ def test_the_hf_backend_samples_reads_and_scores_through_the_protocol(default_cf
     assert logp.shape == a.input_ids.shape
     assert (logp[a.completion_mask == 0] == 0).all() and (logp[a.completion_mask == 1] < 0).all()
     assert len(gen.greedy_next(prompts, max_new_tokens=1)) == 2
+
+
+def test_the_loss_scores_samples_under_the_temperature_they_were_drawn_at(default_cfg, untrained_model):
+    """Samples drawn at temperature T are scored with log softmax(logits / T): the policy-gradient
+    loss and its KL use the distribution that produced the samples (T = 1 is the plain softmax)."""
+    import torch
+    gen = open_model(untrained_model, default_cfg["model"])
+    batch = gen.sample(["Q c1 c2 think"], 4, 0.7, seed=1)
+    hot, plain = gen.token_logprobs(batch, 0.7), gen.token_logprobs(batch)
+    mask = batch.completion_mask == 1
+    with torch.no_grad():
+        logits = gen.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                           position_ids=(batch.attention_mask.cumsum(1) - 1).clamp(min=0)).logits[:, :-1]
+        expect = torch.log_softmax(logits / 0.7, -1).gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1)
+    expect = torch.nn.functional.pad(expect, (1, 0))
+    assert torch.allclose(hot[mask], expect[mask], atol=1e-5)
+    assert not torch.allclose(hot[mask], plain[mask])
