@@ -148,7 +148,7 @@ class EvalConfig:
     ci: float = 0.95
     prior_draws: int = 0          # K extra snap-prior draws per question (snap mode): de-attenuated MS; 0 = off
     negations: bool = False       # also ask each held-out question's negation: coherence |P(A) + P(¬A) − 1|
-    min_parse_rate: float = 0.5   # an eval whose answers state a P less often fails, quoting some
+    min_parse_rate: float = 0.0   # an eval whose answers state a P less often fails, quoting some (conf/config.yaml: 0.5)
 
 
 @dataclass
