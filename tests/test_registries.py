@@ -127,10 +127,13 @@ def test_an_unknown_reader_is_named():
         judge_needed({"mode": "samemode", "judge": "nope"})
 
 
-@pytest.mark.slow   # two evaluations of a model (~15 s with the fixture)
-@pytest.mark.parametrize("judge,opened", [("trace", 1), ("self", 2)])
+@pytest.mark.slow   # evaluations of a model (~8 s each with the fixture)
+@pytest.mark.parametrize("judge,judge_elsewhere,opened", [("trace", True, 1), ("self", True, 2), ("self", False, 1)])
 def test_evaluate_opens_the_judge_model_only_when_the_reader_needs_it(
-        tmp_path, monkeypatch, default_cfg, untrained_model, judge, opened):
+        tmp_path, monkeypatch, default_cfg, untrained_model, judge, judge_elsewhere, opened):
+    """A judge is opened only for a reader that needs one, and only once when it is the evaluated
+    model's own folder (one backend, one server with vllm)."""
+    import shutil
     from martingale.model import backend
     from martingale.stages import evaluate
     calls = []
@@ -139,5 +142,9 @@ def test_evaluate_opens_the_judge_model_only_when_the_reader_needs_it(
     cfg = {"world": default_cfg["world"], "model": default_cfg["model"], "seed": 0,
            "elicit": {"mode": "samemode", "judge": judge, "cut": 0.5},
            "eval": {**default_cfg["eval"], "n_bootstrap": 10}}
-    evaluate.run(cfg, untrained_model, untrained_model, tmp_path / "out")
+    judge_folder = untrained_model
+    if judge_elsewhere:
+        judge_folder = tmp_path / "judge"
+        shutil.copytree(untrained_model, judge_folder)
+    evaluate.run(cfg, untrained_model, judge_folder, tmp_path / "out")
     assert len(calls) == opened and (tmp_path / "out" / "records.jsonl").exists()
