@@ -469,7 +469,6 @@ DOMAINS: dict[str, Domain] = {
 }
 
 
-
 def _distinct_questions(cfg: dict) -> int:
     return cfg["world"]["n_clue_types"] ** cfg["world"]["clues_per_question"]
 
@@ -493,6 +492,7 @@ def relation_problem(cfg: dict) -> tuple[str, str] | None:
         if not holds(cfg):
             return key, why
     return None
+
 
 def domain_key(key: str) -> str:
     """The DOMAINS entry of a dotted key: itself, or its ``stages.*.x`` form."""

@@ -43,6 +43,10 @@ class Backend(Protocol):
     def verify(self, probes: list[str]) -> dict[str, Any]:
         """Check the backend serves these weights (probe prompts); what was checked, for stage.json."""
 
+    def serve_adapter(self, model: Any, folder: Path, probes: list[str]) -> None:
+        """Make later samples come from the LoRA policy ``model`` after an optimizer step (a server
+        backend saves its adapter to ``folder`` and reloads it; in-process backends already do)."""
+
     def close(self) -> None:
         """Release what ``load`` started (a server)."""
 
@@ -133,6 +137,9 @@ class HFBackend:
 
     def verify(self, probes: list[str]) -> dict[str, Any]:
         return {}   # the reference every other backend is compared with
+
+    def serve_adapter(self, model: Any, folder: Path, probes: list[str]) -> None:
+        pass        # samples already come from the in-process policy
 
     def close(self) -> None:
         pass

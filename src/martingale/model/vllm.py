@@ -10,14 +10,16 @@ prompt with its own seed (seed·100003 + i: determinism independent of batching)
 at a time, each retried ``retries`` times; a server that died fails the stage with its log's tail.
 
 LoRA adapters are served by name: ``load_adapter(name, folder)`` posts ``/v1/load_lora_adapter``
-(runtime LoRA updating is enabled for the servers started here) and ``use(name)`` routes requests
-to it. Completion log-probs for a loss come from the in-process torch model (``token_logprobs``).
+(runtime LoRA updating is enabled for the servers started here) and routes later requests to it;
+``serve_adapter`` does that for a training stage's policy and checks it is applied. Completion
+log-probs for a loss come from the in-process torch model (``token_logprobs``).
 
 Guards (each fails the stage with one line, never passes when it could not run):
 - ``verify``: on probe prompts, the server's greedy tokens equal HF's and their log-probs differ
   by at most ``vllm.parity_tol`` (the same weights, another engine).
-- ``check_adapter``: the probes' log-probs with the adapter differ from the base model's by more
-  than ``vllm.adapter_floor`` (vLLM has served the base model silently for an adapter).
+- ``check_adapter``: the probes' greedy continuations with the adapter differ from the base
+  model's (tokens, or log-probs by more than ``vllm.adapter_floor``): vLLM has served the base model
+  silently for an adapter.
 """
 from __future__ import annotations
 
@@ -205,9 +207,11 @@ class VLLMBackend:
         local = HFBackend.load(folder, model_cfg)
         path = model_dir(folder) if model_dir(folder).is_dir() else Path(folder)
         url = model_cfg.get("server_url")
-        server = Server(url, model_cfg) if url else Server.start(path, model_cfg)
         if url:
+            server = Server(url, model_cfg)
             server.wait_ready(float(model_cfg["vllm"]["startup_timeout_s"]))
+        else:
+            server = Server.start(path, model_cfg)
         return cls(server, local, model_cfg)
 
     def with_model(self, model: Any) -> "VLLMBackend":
@@ -258,8 +262,12 @@ class VLLMBackend:
                                                    "load_inplace": True})
         self.served = name
 
-    def use_base(self) -> None:
-        self.served = self.base_name
+    def serve_adapter(self, model: Any, folder: Path, probes: list[str]) -> None:
+        """Serve the LoRA policy ``model`` being trained: save its adapter to ``folder``, (re)load
+        it in the server as ``policy``, and check the server applies it."""
+        model.save_pretrained(folder)
+        self.load_adapter("policy", folder)
+        self.check_adapter("policy", probes)
 
     # -- guards --------------------------------------------------------------------------------
     def _greedy_logprobs(self, texts: list[str], model: str, tokens: int = 8) -> list[tuple[list[int], list[float]]]:
@@ -276,19 +284,19 @@ class VLLMBackend:
         if not probes:
             raise _stage_error("backend parity: no probe prompts, the check cannot run")
         tol = float(self.cfg["vllm"]["parity_tol"])
-        ids, choices = self._generate(probes, tokens, 0.0, None, logprobs=True, model=self.base_name)
+        greedy = self._greedy_logprobs(probes, self.base_name, tokens)
         ours = self.local.sample(probes, tokens, 0.0, 0)
-        theirs = [self._completion_ids(c) for c in choices]
+        theirs = [ids for ids, _ in greedy]
         hf_ids = [row[m].tolist() for row, m in zip(ours.input_ids, ours.completion_mask.bool())]
         if hf_ids != theirs:
             i = next(i for i, (a, b) in enumerate(zip(hf_ids, theirs)) if a != b)
             raise _stage_error(f"backend parity: greedy tokens differ from HF on probe {i} "
                                f"(vLLM {theirs[i][:8]}, HF {hf_ids[i][:8]}): the server is not serving these weights")
-        served = batch_from_ids(self.tokenizer, ids, theirs)
+        served = batch_from_ids(self.tokenizer, self._ids(probes), theirs)
         with torch.no_grad():
             ref = self.local.token_logprobs(served)
-        gaps = [abs(a - b) for row, m, c in zip(ref, served.completion_mask.bool(), choices)
-                for a, b in zip(row[m].tolist(), c["logprobs"]["token_logprobs"]) if b is not None]
+        gaps = [abs(a - b) for row, m, (_, lps) in zip(ref, served.completion_mask.bool(), greedy)
+                for a, b in zip(row[m].tolist(), lps)]
         if not gaps:
             raise _stage_error("backend parity: no log-prob came back to compare, the check cannot run")
         if max(gaps) > tol:

@@ -16,7 +16,7 @@ from typing import Any
 from .. import io
 from ..beliefs.parse import parse_p
 from . import stage_kind
-from .common import log, make_world, seed_everything
+from .common import StageError, log, make_world, seed_everything
 
 
 def _r(v: float | None) -> float | None:
@@ -115,7 +115,6 @@ def run(cfg: dict[str, Any], model: Path, judge_model: Path, out_dir: Path) -> N
 def check_parse_rate(records: list[dict[str, Any]], floor: float) -> None:
     """Fail the stage when fewer than ``eval.min_parse_rate`` of its answers state a P, quoting
     some that did not: a model that stopped answering is not measured as if it had."""
-    from .common import StageError
     unparsed = [r for r in records if r["stated"] is None]
     rate = 1 - len(unparsed) / max(1, len(records))
     if rate < floor:

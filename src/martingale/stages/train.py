@@ -109,13 +109,9 @@ def lora_policy(start, stage: dict[str, Any], model_cfg: dict[str, Any]) -> Poli
 
 
 def serve_policy(policy: Policy) -> None:
-    """A server backend samples from the adapter being trained: save it, (re)load it in the server
-    under ``policy``, and check the server applies it (model/vllm.py's adapter guard)."""
-    if not hasattr(policy.gen, "load_adapter"):
-        return
-    policy.model.save_pretrained(policy.adapter_dir)
-    policy.gen.load_adapter("policy", policy.adapter_dir)
-    policy.gen.check_adapter("policy", list(policy.probes))
+    """Later rollouts sample from the adapter as trained so far (a server backend reloads it and
+    checks it is applied: model/vllm.py)."""
+    policy.gen.serve_adapter(policy.model, policy.adapter_dir, list(policy.probes))
 
 
 def weights_digest(model) -> str:
@@ -264,8 +260,8 @@ def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path
             log.info("%s filter: %s", name, filter_info)
         start_digest = weights_digest(start.model)
         policy = lora_policy(start, stage, cfg["model"])
-        policy.adapter_dir, policy.probes = checkpoint.folder(out_dir).with_suffix(".adapter"), probes
         ckpt = checkpoint.folder(out_dir)
+        policy.adapter_dir, policy.probes = ckpt.with_suffix(".adapter"), probes
         history = train_steps(policy, score, train_q, ctx, cfg, ckpt, name)
     if not history:
         raise StageError(f"{name}: no training step ran ({len(train_q)} questions < "
