@@ -315,5 +315,36 @@ def plan(runs: Optional[List[str]] = typer.Argument(None, help="Run-ids (default
               f"(naive per-run chains: {p.naive_count(ids)})", markup=False)
 
 
+questions_app = typer.Typer(help="Resolved binary forecasting questions in a JSONL file (world=jsonl).",
+                            no_args_is_help=True)
+app.add_typer(questions_app, name="questions")
+
+
+@questions_app.command("check")
+def questions_check(path: Path = typer.Argument(..., help="A questions file: one JSON object per line.")) -> None:
+    """Validate a questions file: its counts, base rate and constant-predictor Brier, or each problem (exit 1).
+
+    Every problem is one line, file:line: field: what is wrong. Nothing is written."""
+    from .world.questions import QuestionsError, load_questions, summary
+
+    try:
+        s = summary(load_questions(path))
+    except QuestionsError as e:
+        for line in e.problems:
+            err.print(f"error: {line}", markup=False, style="bold red")
+        fail(f"{path}: {len(e.problems)} problem{'s' * (len(e.problems) != 1)}; no questions loaded")
+        return
+    table = Table(title="questions")
+    table.add_column("")
+    table.add_column("value", justify="right")
+    table.add_row("questions", str(s["n"]))
+    table.add_row("resolved yes", str(s["n_yes"]))
+    table.add_row("base rate", f"{s['base_rate']:.4f}")
+    table.add_row("constant-predictor Brier", f"{s['constant_brier']:.4f}")
+    table.add_row("dates", f"{s['first_date']} .. {s['last_date']}" if s["first_date"] else "(none given)")
+    out.print(f"{path}: OK", markup=False)
+    out.print(table)
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()
