@@ -104,7 +104,7 @@ def test_a_registered_reader_is_an_allowed_judge(halfway_reader):
 
 
 def test_an_unregistered_reader_is_no_longer_allowed():
-    assert choices()["elicit.judge"] == ("self", "trace", "oracle")
+    assert choices()["elicit.judge"] == ("self", "trace", "oracle", "api")
 
 
 def test_a_judge_is_loaded_only_for_a_reader_that_declares_it(halfway_reader):
@@ -112,6 +112,7 @@ def test_a_judge_is_loaded_only_for_a_reader_that_declares_it(halfway_reader):
     assert judge_needed({"mode": "samemode", "judge": "self"})
     assert not judge_needed({"mode": "samemode", "judge": "trace"})
     assert not judge_needed({"mode": "samemode", "judge": "oracle"})
+    assert not judge_needed({"mode": "samemode", "judge": "api"})             # its own client, no model
     assert not judge_needed({"mode": "snap", "judge": "self"})            # snap reads no judge
 
 

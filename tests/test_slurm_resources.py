@@ -127,9 +127,9 @@ def sbatch_flags(job: dict) -> str:
 # ------------------------------------------------------------------------------------ plan level
 def test_a_cpu_model_has_no_gpu_resource_and_a_gpu_model_has_count_and_type():
     tiny = _resources({"resources": {"cpus": 2, "mem_mb": 4000, "gpus": 0, "gpu_model": None, "runtime_min": 30}})
-    assert tiny == {"threads": 2, "mem_mb": 4000, "runtime": 30}
+    assert tiny == {"device": "auto", "threads": 2, "mem_mb": 4000, "runtime": 30}
     big = _resources({"resources": {"cpus": 8, "mem_mb": 160000, "gpus": 2, "gpu_model": "h200", "runtime_min": 480}})
-    assert big == {"threads": 8, "mem_mb": 160000, "runtime": 480, "gpu": 2, "gpu_model": "h200"}
+    assert big == {"device": "auto", "threads": 8, "mem_mb": 160000, "runtime": 480, "gpu": 2, "gpu_model": "h200"}
     # a GPU type without GPUs asks for nothing GPU-shaped either
     assert "gpu_model" not in _resources({"resources": {"gpus": 0, "gpu_model": "h200"}})
 

@@ -61,17 +61,28 @@ def stage_id(kind: str, cfg: dict, inputs: dict[str, str]) -> str:
 
 
 SERVING_KEYS = ("backend", "server_url", "vllm")   # how a model is served, not what it is
+PLACEMENT_KEYS = ("resources", "device")           # where a stage runs (Snakemake resources), not what it computes
 
 
 def _model_slice(model: dict, serves: bool) -> dict:
-    drop = ("resources",) if serves else ("resources", *SERVING_KEYS)
+    drop = PLACEMENT_KEYS if serves else (*PLACEMENT_KEYS, *SERVING_KEYS)
     return {k: v for k, v in model.items() if k not in drop}
+
+
+def _judge_slice(cfg: dict) -> Optional[dict]:
+    """judge.* when the stage reads through the api judge (elicit.judge=api), else nothing: a run
+    that reads no api judge keeps its ids whatever judge.* says. Like a generating stage's serving
+    keys, its address is in the id; a rebuild at a new address reads the same answers from the cache."""
+    return cfg["judge"] if cfg.get("elicit", {}).get("judge") == "api" else None
 
 
 def stage_slice(kind: StageKind, cfg: dict, step: Optional[str] = None, seed: Optional[int] = None) -> dict:
     """The config a stage of this kind sees (and its id hashes): the kind's keys, the step's own
     config as ``stage``, the seed for a per-seed kind."""
-    out = {key: _model_slice(cfg[key], kind.serves) if key == "model" else cfg[key] for key in kind.keys}
+    out = {key: _model_slice(cfg[key], kind.serves) if key == "model" else cfg[key]
+           for key in kind.keys if key != "judge"}
+    if "judge" in kind.keys and _judge_slice(cfg) is not None:
+        out["judge"] = _judge_slice(cfg)
     if step is not None:
         out["stage"] = cfg["stages"][step]
     if kind.per_seed:
@@ -93,9 +104,12 @@ def _resources(model: dict) -> dict[str, Any]:
     """What a stage on this model asks a scheduler for, as Snakemake resources: ``threads``,
     ``mem_mb``, ``runtime`` (minutes) always; ``gpu`` (count) and ``gpu_model`` only when the model
     needs GPUs (``gpus`` > 0), so a CPU stage carries no GPU resource at all. ``gpu``/``gpu_model``
-    are the names snakemake-executor-plugin-slurm turns into ``sbatch --gpus=<model>:<n>``."""
+    are the names snakemake-executor-plugin-slurm turns into ``sbatch --gpus=<model>:<n>``.
+    ``device`` (model.device) is where the job puts its model: a string resource, so it reaches
+    the job (smk.run_stage) without being in the stage's id."""
     r = model.get("resources") or {}
     out: dict[str, Any] = {
+        "device": str(model.get("device", "auto")),
         "threads": int(r.get("cpus", 1)),
         "mem_mb": int(r.get("mem_mb", 1000)),
         "runtime": int(r.get("runtime_min", 60)),

@@ -60,7 +60,10 @@ def run_stage(snakemake: Any) -> None:
     inputs = {role: Path(marker).parent for role, marker in snakemake.input.items()}
     for folder in inputs.values():
         require(folder)
-    kind.run(dict(snakemake.params.cfg), out_dir=Path(snakemake.output[0]).parent, **inputs)
+    cfg = dict(snakemake.params.cfg)
+    if "model" in cfg:   # placement travels as a resource (not in the id): the model goes there
+        cfg["model"] = {**cfg["model"], "device": getattr(snakemake.resources, "device", "auto")}
+    kind.run(cfg, out_dir=Path(snakemake.output[0]).parent, **inputs)
     track_stage(snakemake)
 
 

@@ -65,6 +65,11 @@ def stage_gpu(wildcards):
     return PLAN.stages[wildcards.sid].resources.get("gpu")
 
 
+def stage_device(wildcards):
+    """Where the job puts its model (model.device: auto, cuda, cpu): not in the stage id."""
+    return PLAN.stages[wildcards.sid].resources["device"]
+
+
 def stage_gpu_model(wildcards):
     """GPU type (e.g. h200), or None; with gpu it makes sbatch --gpus=<gpu_model>:<gpu>."""
     return PLAN.stages[wildcards.sid].resources.get("gpu_model")

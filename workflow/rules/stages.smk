@@ -26,6 +26,7 @@ for kind in STAGE_KINDS.values():
             runtime=stage_runtime,
             gpu=stage_gpu,
             gpu_model=stage_gpu_model,
+            device=stage_device,
         localrule: kind.local
         conda:
             "../envs/martingale.yaml"

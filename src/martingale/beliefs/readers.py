@@ -7,10 +7,14 @@ needs a judge gets the run's judge model (a generation backend) in ``ctx.judge``
 - ``trace``: the running log-odds the trace itself writes at step k (exact, no extra model call).
 - ``oracle``: the exact Bayes belief after the first k clues — the world's answer, not the model's
   (MS ≈ 0 by construction; the reference a calibrated reasoner should match).
+- ``api``: an OpenAI-compatible judge (``judge.base_url``, ``judge.model``; beliefs/api_judge.py)
+  answers the same query as ``self``, the trace blinded, greedy and cached on disk.
+A reader that needs a client of its own opens it with ``ctx.service(name, make)``: one per stage,
+closed with the stage, its ``stats()`` written to the stage's metrics.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from .parse import parse_p, parse_totals
@@ -26,6 +30,23 @@ class ReadContext:
     world: SyntheticWorld
     judge: Any = None            # the judge model's backend (model.backend), for readers that need one
     batch_size: int = 512
+    config: dict = field(default_factory=dict)      # the stage's config (readers with settings: judge.*)
+    services: dict = field(default_factory=dict)    # clients readers opened (ctx.service)
+
+    def service(self, name: str, make: Callable[[], Any]) -> Any:
+        """The stage's one ``name`` client, made on first use."""
+        if name not in self.services:
+            self.services[name] = make()
+        return self.services[name]
+
+    def stats(self) -> dict[str, Any]:
+        """Each opened client's ``stats()`` by name (e.g. judge calls, cache hits, failures)."""
+        return {name: svc.stats() for name, svc in sorted(self.services.items()) if hasattr(svc, "stats")}
+
+    def close(self) -> None:
+        for svc in self.services.values():
+            if hasattr(svc, "close"):
+                svc.close()
 
 
 @dataclass(frozen=True)
@@ -93,3 +114,18 @@ def read_trace(ctx: ReadContext, questions: list[Question], texts: list[str], k:
 def read_oracle(ctx: ReadContext, questions: list[Question], texts: list[str], k: int) -> list[float | None]:
     """The exact Bayes belief after the question's first k clues."""
     return [ctx.world.bayes(q, k) for q in questions]
+
+
+@reader("api")
+def read_api(ctx: ReadContext, questions: list[Question], texts: list[str], k: int) -> list[float | None]:
+    """``judge.model`` behind ``judge.base_url`` answers ``… read P =`` after the trace cut at k,
+    with every probability the trace states hidden (api_judge.blind); a failed call is None."""
+    from ..world import traces as fmt
+    from .api_judge import ApiJudge, blind
+    client = ctx.service("api_judge", lambda: ApiJudge(ctx.config["judge"]))
+    queries = [fmt.read_query(q, blind(text), k) for q, text in zip(questions, texts)]
+    todo = [i for i, s in enumerate(queries) if s is not None]
+    out: list[float | None] = [None] * len(texts)
+    for i, answer in zip(todo, client.ask_all([queries[i] for i in todo])):
+        out[i] = None if answer is None else parse_p("P = " + answer.strip())
+    return out

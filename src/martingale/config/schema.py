@@ -11,6 +11,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 
@@ -71,7 +72,8 @@ class ModelConfig:
     num_heads: int = 3            # head_dim = hidden_size / num_heads = 32: a size vLLM's CPU attention serves (24 is refused)
     intermediate_size: int = 256
     max_length: int = 96
-    dtype: str = "float32"
+    dtype: str = "float32"        # float32 | bfloat16 | float16 | auto (bfloat16 on a GPU, float32 on a CPU)
+    device: str = "auto"          # auto (CUDA when one is visible) | cuda | cpu; where, not what: not in stage ids
     lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
     server_url: Optional[str] = None  # backend vllm: a server you run (served as model.name); null = one per stage
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
@@ -140,6 +142,22 @@ class ElicitConfig:
 
 
 @dataclass
+class JudgeConfig:
+    """An OpenAI-compatible judge for ``elicit.judge=api`` (beliefs/api_judge.py): greedy, cached.
+    Only model, chat and max_tokens are what it computes (in stage ids); the rest is how to reach it."""
+    base_url: Optional[str] = None            # e.g. https://api.deepseek.com/v1 or a vLLM server's http://host:port/v1
+    model: Optional[str] = None               # the served model name, e.g. deepseek-chat
+    chat: bool = False                        # /chat/completions (a chat model) instead of /completions
+    max_tokens: int = 8
+    api_key_env: str = "MARTINGALE_JUDGE_API_KEY"   # the variable holding the key; never written
+    concurrency: int = 8                      # requests in flight
+    timeout_s: int = 60                       # per request
+    retries: int = 4                          # on 429, 5xx, timeouts, dropped connections, unreadable bodies
+    backoff_s: float = 1.0                    # first retry's wait, doubled each retry (at most 30 s)
+    cache_dir: str = "results/_judge_cache"   # answers by (model, prompt, parameters): a rerun never pays twice
+
+
+@dataclass
 class EvalConfig:
     """How every model stage is measured, per seed."""
     kind: str = "evaluate"        # a registered measure kind (martingale.stages)
@@ -169,6 +187,7 @@ class Config:
     distill: DistillConfig = field(default_factory=DistillConfig)
     stages: StagesConfig = field(default_factory=StagesConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
 
@@ -329,6 +348,33 @@ class Url(Domain):
 
 
 @dataclass(frozen=True)
+class SecretVar(Domain):
+    """The name of an environment variable holding a key: one every writer redacts (io.SECRET_WORDS
+    in its name), so its value can never reach a file."""
+
+    def problem(self, value: Any) -> Optional[str]:
+        from ..io import SECRET_WORDS
+        if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", value):
+            return f"needs an environment variable name, got {value!r}"
+        if not any(w in value.upper() for w in SECRET_WORDS):
+            return (f"{value!r}: name the key's variable with one of {', '.join(SECRET_WORDS)} in it "
+                    "(so every file the tool writes redacts its value)")
+        return None
+
+
+@dataclass(frozen=True)
+class ProjectPath(Domain):
+    """A relative path inside the project (no '..', not absolute): where the tool may write."""
+
+    def problem(self, value: Any) -> Optional[str]:
+        if not isinstance(value, str) or not value.strip() or any(c in value for c in "\0\n\r"):
+            return f"needs a relative path inside the project, got {value!r}"
+        if value.startswith(("/", "~")) or ".." in Path(value).parts:
+            return f"{value!r} leaves the project: use a relative path without '..'"
+        return None
+
+
+@dataclass(frozen=True)
 class Args(Domain):
     """A list of command-line arguments, each one line (possibly empty)."""
 
@@ -392,7 +438,8 @@ DOMAINS: dict[str, Domain] = {
     "model.num_heads": COUNT,
     "model.intermediate_size": COUNT,
     "model.max_length": COUNT,
-    "model.dtype": OneOf(("float32", "bfloat16", "float16")),
+    "model.dtype": OneOf(("float32", "bfloat16", "float16", "auto")),
+    "model.device": OneOf(("auto", "cuda", "cpu")),
     "model.lora_targets": Names(),
     # model.vllm, model.server_url: model/vllm.py (the server's argv, the client, the guards)
     "model.server_url": Url(),
@@ -418,6 +465,16 @@ DOMAINS: dict[str, Domain] = {
     "elicit.mode": InChoices(),
     "elicit.judge": InChoices(),
     "elicit.cut": OPEN_UNIT,
+    "judge.base_url": Url(),
+    "judge.model": Name(optional=True, pattern=re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:-]{0,127}")),
+    "judge.chat": Flag(),
+    "judge.max_tokens": COUNT,
+    "judge.api_key_env": SecretVar(),
+    "judge.concurrency": COUNT,
+    "judge.timeout_s": COUNT,
+    "judge.retries": Int(0),
+    "judge.backoff_s": NONNEG,
+    "judge.cache_dir": ProjectPath(),
     "start": InChoices(),
     "seeds": Seeds(),
     # pretrain, distill: stages/pretrain.py, stages/distill.py, common.supervised_loop

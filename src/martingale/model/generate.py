@@ -21,7 +21,7 @@ class Batch:
 def sample(model, tokenizer, prompts: list[str], max_new_tokens: int, temperature: float,
            seed: int) -> Batch:
     """Sample one completion per prompt (temperature 0 = greedy), seeded for determinism."""
-    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
     torch.manual_seed(seed)
     kwargs = dict(do_sample=temperature > 0, max_new_tokens=max_new_tokens,
                   pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
@@ -45,20 +45,20 @@ def sample(model, tokenizer, prompts: list[str], max_new_tokens: int, temperatur
 def token_logprobs(model, batch: Batch, temperature: float = 1.0) -> torch.Tensor:
     """log π_T(token | prefix) at every position (0 where not a completion token), shape [B, T];
     π_T = softmax(logits / T), the distribution sampling at temperature T draws from."""
-    ids, attn = batch.input_ids, batch.attention_mask
+    ids, attn = batch.input_ids.to(model.device), batch.attention_mask.to(model.device)
     position_ids = (attn.cumsum(dim=1) - 1).clamp(min=0)
     logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids).logits[:, :-1]
     logits = logits.float() if temperature == 1.0 else logits.float() / float(temperature)
     logp = torch.log_softmax(logits, dim=-1)
     tok = logp.gather(-1, ids[:, 1:, None]).squeeze(-1)
     tok = F.pad(tok, (1, 0))
-    return tok * batch.completion_mask
+    return tok * batch.completion_mask.to(model.device)
 
 
 @torch.no_grad()
 def greedy_next(model, tokenizer, texts: list[str], max_new_tokens: int = 1) -> list[str]:
     """Greedy continuation of each text (a judge's read), decoded."""
-    enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
     out = model.generate(**enc, do_sample=False, max_new_tokens=max_new_tokens,
                          pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
     return tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)

@@ -32,15 +32,40 @@ def model_dir(stage_dir: Path | str) -> Path:
     return Path(stage_dir) / "model"
 
 
+def placement(model_cfg: dict[str, Any] | None) -> tuple[torch.device, torch.dtype]:
+    """(device, dtype) from ``model.device`` and ``model.dtype``: ``auto`` puts the model on CUDA
+    when a GPU is visible, and ``dtype: auto`` is bfloat16 there and float32 on a CPU. Asking for
+    CUDA where there is none fails the stage (it would otherwise run on the CPU for days)."""
+    from ..stages.common import StageError
+    cfg = model_cfg or {}
+    want = str(cfg.get("device", "auto"))
+    has_cuda = torch.cuda.is_available()
+    if want == "cuda" and not has_cuda:
+        raise StageError("model.device=cuda but torch sees no CUDA device on this machine "
+                         "(set model.device=auto or cpu, or run the stage on a GPU node)")
+    device = torch.device("cuda" if want == "cuda" or (want == "auto" and has_cuda) else "cpu")
+    name = str(cfg.get("dtype", "float32"))
+    if name == "auto":
+        name = "bfloat16" if device.type == "cuda" else "float32"
+    return device, getattr(torch, name)
+
+
+def describe(model) -> dict[str, str]:
+    """Where a loaded model lives, for a stage's record: {"device": "cuda:0", "dtype": "bfloat16"}."""
+    p = next(model.parameters())
+    return {"device": str(p.device), "dtype": str(p.dtype).removeprefix("torch.")}
+
+
 def load(stage_dir: Path | str, model_cfg: dict[str, Any] | None = None):
-    """(model, tokenizer) from a stage folder or a local HF folder — the path that loads an 8B model."""
+    """(model, tokenizer) from a stage folder or a local HF folder — the path that loads an 8B
+    model — on the device and in the dtype ``placement`` picks."""
     path = Path(stage_dir)
     if (path / "model").is_dir():
         path = path / "model"
-    dtype = getattr(torch, (model_cfg or {}).get("dtype", "float32"))
+    device, dtype = placement(model_cfg)
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True).to(device)
     model.eval()
     check_finite(model, stage_dir)
     return model, tokenizer

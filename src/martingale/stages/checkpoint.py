@@ -60,9 +60,10 @@ def save(ckpt: Path, policy, cfg: dict[str, Any], progress: Progress, epoch_rng:
     import torch
     from safetensors.torch import save_file
     with io.atomic_dir(ckpt / f"{progress.step:08d}") as tmp:
-        save_file({n: p.detach().clone().contiguous() for n, p in adapter(policy.model).items()},
+        save_file({n: p.detach().cpu().clone().contiguous() for n, p in adapter(policy.model).items()},
                   str(tmp / ADAPTER))
-        torch.save({"optimizer": policy.opt.state_dict(), "torch_rng": torch.get_rng_state()},
+        torch.save({"optimizer": policy.opt.state_dict(), "torch_rng": torch.get_rng_state(),
+                    **({"cuda_rng": torch.cuda.get_rng_state_all()} if torch.cuda.is_available() else {})},
                    tmp / TRAINER)
         io.write_json(tmp / STATE, {"step": progress.step, "epoch": progress.epoch,
                                     "order_rng": epoch_rng, "history": progress.history,
@@ -118,6 +119,8 @@ def _load(one: Path, policy, cfg: dict[str, Any], order_rng) -> Progress:
         for name, p in params.items():
             p.copy_(weights[name])
     torch.set_rng_state(trainer["torch_rng"])
+    if "cuda_rng" in trainer and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(trainer["cuda_rng"])   # sampling on a GPU draws from its generator
     order_rng.bit_generator.state = state["order_rng"]
     log.info("resuming from checkpoint %s (step %d)", one, progress.step)
     return progress

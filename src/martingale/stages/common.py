@@ -65,7 +65,7 @@ def supervised_loop(model, tokenizer, next_pairs: Callable[[int], list[tuple[str
     model.train()
     loss_value = float("nan")
     for step in range(steps):
-        batch = encode_pairs(tokenizer, next_pairs(step))
+        batch = {k: v.to(model.device) for k, v in encode_pairs(tokenizer, next_pairs(step)).items()}
         loss = model(**batch).loss
         if not torch.isfinite(loss):
             raise StageError(f"loss is {loss.item()} at step {step}: stopping (lower the lr?)")

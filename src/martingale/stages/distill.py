@@ -55,11 +55,14 @@ def dataset(cfg: dict[str, Any]):
     return Dataset.from_dict({"prompt": [p for p, _ in pairs], "completion": [" " + c for _, c in pairs]})
 
 
-def sft_config(d: dict[str, Any], output_dir: str):
+def sft_config(d: dict[str, Any], output_dir: str, device: str = "cpu", dtype: str = "float32"):
+    """TRL's config for the D adapter; on a GPU the Trainer runs there, in the model's half precision."""
     from trl import SFTConfig
     seed = int(d["seed"])
+    gpu = device.startswith("cuda")
     return SFTConfig(
-        output_dir=output_dir, use_cpu=True, bf16=False, fp16=False, report_to=[], save_strategy="no",
+        output_dir=output_dir, use_cpu=not gpu, bf16=gpu and dtype == "bfloat16",
+        fp16=gpu and dtype == "float16", report_to=[], save_strategy="no",
         max_steps=int(d["steps"]), per_device_train_batch_size=int(d["batch_size"]),
         gradient_accumulation_steps=1, learning_rate=float(d["lr"]), lr_scheduler_type="cosine",
         warmup_steps=WARMUP, weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.98, max_grad_norm=1.0,
@@ -114,11 +117,12 @@ def run(cfg: dict[str, Any], base_model: Path, out_dir: Path) -> None:
     import datasets
     from transformers import PrinterCallback, ProgressCallback
 
-    from ..model.load import load, save
+    from ..model.load import describe, load, save
 
     d = cfg["distill"]
     seed_everything(int(d["seed"]))
     model, tok = load(base_model, cfg["model"])
+    where = describe(model)
     use_cache = model.config.use_cache  # Trainer turns it off for training; D keeps the base's
     train = dataset(cfg)
     t0 = time.time()
@@ -129,7 +133,7 @@ def run(cfg: dict[str, Any], base_model: Path, out_dir: Path) -> None:
     try:
         with tempfile.TemporaryDirectory(prefix="martingale-distill-") as scratch:
             trainer = _trainer_class()(
-                model=model, args=sft_config(d, scratch), train_dataset=train, processing_class=tok,
+                model=model, args=sft_config(d, scratch, **where), train_dataset=train, processing_class=tok,
                 peft_config=lora_config(d, cfg["model"]),
                 callbacks=[_loss_callback(int(d["steps"]), history, losses, t0)])
             for cb in (PrinterCallback, ProgressCallback):
@@ -146,5 +150,5 @@ def run(cfg: dict[str, Any], base_model: Path, out_dir: Path) -> None:
     merged.eval()
     with io.atomic_dir(out_dir) as tmp:
         save(merged, tok, tmp)
-        io.write_json(tmp / "stage.json", {"kind": "distill", "trainer": "trl.SFTTrainer",
+        io.write_json(tmp / "stage.json", {"kind": "distill", "trainer": "trl.SFTTrainer", **where,
                                            "final_loss": round(losses[-1], 6), "history": history})

@@ -47,14 +47,15 @@ def negation_stated(gen, world, questions, seed: int, temperature: float) -> lis
     return [_r(parse_p("think " + t)) for t in batch.texts]
 
 
-def evaluate_model(gen, judge, cfg: dict[str, Any], questions) -> list[dict[str, Any]]:
+def evaluate_model(gen, judge, cfg: dict[str, Any], questions, ctx=None) -> list[dict[str, Any]]:
     """One record per question: the model's (backend ``gen``) beliefs, read with ``judge`` (a
-    backend, or None when the reader needs none), beside the trace's own and the oracle's."""
+    backend, or None when the reader needs none; ``ctx`` a ReadContext the caller closes), beside
+    the trace's own and the oracle's."""
     from ..beliefs.elicit import cut_index, rollout
     from ..beliefs.readers import ReadContext
 
     world = make_world(cfg["world"])
-    ctx = ReadContext(world=world, judge=judge)
+    ctx = ctx or ReadContext(world=world, judge=judge, config=cfg)
     seed = int(cfg["seed"])
     temperature = float(cfg["eval"]["temperature"])
     ro = rollout(gen, questions, ctx, cfg["elicit"], seed, temperature)
@@ -88,23 +89,33 @@ def evaluate_model(gen, judge, cfg: dict[str, Any], questions) -> list[dict[str,
     return rows
 
 
-@stage_kind("evaluate", "measure", keys=("world", "model", "elicit", "eval"), inputs=("model", "judge_model"),
+@stage_kind("evaluate", "measure", keys=("world", "model", "elicit", "eval", "judge"), inputs=("model", "judge_model"),
             per_seed=True, serves=True)
 def run(cfg: dict[str, Any], model: Path, judge_model: Path, out_dir: Path) -> None:
     """cfg: world, model, elicit, eval, seed → out_dir/records.jsonl and out_dir/metrics.json."""
     from ..beliefs.elicit import judge_needed, probe_prompts
+    from ..beliefs.readers import ReadContext
     from ..metrics import stage_metrics
     from ..model.backend import open_models
+    from ..model.load import describe
 
     seed = int(cfg["seed"])
     seed_everything(seed)
     world = make_world(cfg["world"])
     _, heldout = world.splits()
     with open_models(model, judge_model, cfg["model"], judge_needed(cfg["elicit"])) as (gen, judge):
-        guards = gen.verify(probe_prompts(heldout))
-        records = evaluate_model(gen, judge, cfg, heldout)
+        guards = {**describe(gen.model), **gen.verify(probe_prompts(heldout))}
+        ctx = ReadContext(world=world, judge=judge, config=cfg)
+        try:
+            records = evaluate_model(gen, judge, cfg, heldout, ctx)
+        finally:
+            ctx.close()
     check_parse_rate(records, float(cfg["eval"]["min_parse_rate"]))
     metrics = stage_metrics(records, int(cfg["eval"]["n_bootstrap"]), float(cfg["eval"]["ci"]), seed)
+    metrics.update(ctx.stats())      # e.g. api_judge: calls, cache hits, failures
+    unparsed = [r["completion"][-80:] for r in records if r["stated"] is None]
+    if unparsed:
+        metrics["unparsed_examples"] = unparsed[:3]
     log.info("eval: %s", {k: metrics.get(k) for k in ("brier", "ms", "ms_trace", "parse_rate")})
     with io.atomic_dir(out_dir) as tmp:
         io.write_jsonl(tmp / "records.jsonl", records)

@@ -43,14 +43,15 @@ def run(cfg: dict[str, Any], out_dir: Path) -> None:
     """cfg: world, model, pretrain → out_dir/model (HF folder) and stage.json."""
     import numpy as np
     from ..world import traces
-    from ..model.load import build_tiny, save
+    from ..model.load import build_tiny, describe, placement, save
     from ..model.tokenizer import build_tokenizer
 
     p = cfg["pretrain"]
     seed_everything(int(p["seed"]))
     world = make_world(cfg["world"])
     tokenizer = build_tokenizer(traces.vocabulary(world.n_types))
-    model = build_tiny(cfg["model"], tokenizer)
+    device, dtype = placement(cfg["model"])
+    model = build_tiny(cfg["model"], tokenizer).to(device=device, dtype=dtype)
     rng = np.random.default_rng([int(p["seed"]), 7])
     t0 = time.time()
     history: list[dict] = []
@@ -65,6 +66,6 @@ def run(cfg: dict[str, Any], out_dir: Path) -> None:
                             on_step=on_step)
     with io.atomic_dir(out_dir) as tmp:
         save(model, tokenizer, tmp)
-        io.write_json(tmp / "stage.json", {"kind": "pretrain", "final_loss": round(final, 6),
+        io.write_json(tmp / "stage.json", {"kind": "pretrain", **describe(model), "final_loss": round(final, 6),
                                            "parameters": sum(x.numel() for x in model.parameters()),
                                            "history": history})

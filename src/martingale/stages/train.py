@@ -137,7 +137,8 @@ def rollout_loss(policy: Policy, ro, adv: torch.Tensor, beta: float, temperature
         logp = policy.gen.token_logprobs(b, temperature)
         with torch.no_grad(), policy.model.disable_adapter():
             ref = policy.gen.token_logprobs(b, temperature)
-        part_loss, part_kl = policy_loss(logp, ref, adv, b.completion_mask.float(), beta)
+        part_loss, part_kl = policy_loss(logp, ref, adv.to(logp.device),
+                                         b.completion_mask.to(logp.device).float(), beta)
         loss, kl = loss + part_loss / len(batches), kl + part_kl.detach() / len(batches)
     return loss, kl
 
@@ -230,7 +231,7 @@ def train_steps(policy: Policy, score: Callable[..., np.ndarray], train_q, ctx, 
     return history
 
 
-@stage_kind("train", "step", keys=("world", "model", "elicit"), inputs=("start_model", "judge_model"),
+@stage_kind("train", "step", keys=("world", "model", "elicit", "judge"), inputs=("start_model", "judge_model"),
             per_seed=True, serves=True)
 def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path) -> None:
     """cfg: world, model, elicit, stage, seed → out_dir/model (adapter merged), train.jsonl, stage.json.
@@ -238,7 +239,7 @@ def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path
     from ..beliefs.elicit import judge_needed, probe_prompts
     from ..beliefs.readers import ReadContext
     from ..model.backend import open_models
-    from ..model.load import save
+    from ..model.load import describe, save
 
     stage, elicit, seed = cfg["stage"], cfg["elicit"], int(cfg["seed"])
     name = f"train stage ({stage['reward']} reward)"
@@ -254,15 +255,18 @@ def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path
     with open_models(start_model, judge_model, cfg["model"], judge_needed(elicit)) as (start, judge):
         probes = tuple(probe_prompts(train_q))
         guards = start.verify(list(probes))
-        ctx = ReadContext(world=world, judge=judge)
-        train_q, filter_info = select_questions(start, train_q, ctx, elicit, stage, seed)
-        if filter_info:
-            log.info("%s filter: %s", name, filter_info)
-        start_digest = weights_digest(start.model)
-        policy = lora_policy(start, stage, cfg["model"])
-        ckpt = checkpoint.folder(out_dir)
-        policy.adapter_dir, policy.probes = ckpt.with_suffix(".adapter"), probes
-        history = train_steps(policy, score, train_q, ctx, cfg, ckpt, name)
+        ctx = ReadContext(world=world, judge=judge, config=cfg)
+        try:
+            train_q, filter_info = select_questions(start, train_q, ctx, elicit, stage, seed)
+            if filter_info:
+                log.info("%s filter: %s", name, filter_info)
+            start_digest = weights_digest(start.model)
+            policy = lora_policy(start, stage, cfg["model"])
+            ckpt = checkpoint.folder(out_dir)
+            policy.adapter_dir, policy.probes = ckpt.with_suffix(".adapter"), probes
+            history = train_steps(policy, score, train_q, ctx, cfg, ckpt, name)
+        finally:
+            ctx.close()
     if not history:
         raise StageError(f"{name}: no training step ran ({len(train_q)} questions < "
                          f"batch_questions {stage['batch_questions']})")
@@ -274,6 +278,7 @@ def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path
         save(merged, start.tokenizer, tmp)
         io.write_jsonl(tmp / "train.jsonl", history)
         io.write_json(tmp / "stage.json", {"kind": "train", "reward": stage["reward"], "steps": len(history),
-                                           "filter": filter_info, "backend": cfg["model"]["backend"], **guards})
+                                           "filter": filter_info, "backend": cfg["model"]["backend"], **describe(merged), **guards,
+                                           **ctx.stats()})
     checkpoint.remove(ckpt)
     shutil.rmtree(policy.adapter_dir, ignore_errors=True)

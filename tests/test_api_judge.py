@@ -1,0 +1,179 @@
+"""The api judge's client against a local HTTP server that misbehaves on a schedule (500s, a hang,
+garbage, 429, a refused key): retries with backoff, clean failures, every call counted, answers
+cached on disk so a rerun makes no call, and the key never written. The same client against a
+real vLLM server is in tests/test_vllm.py."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from martingale.beliefs.api_judge import ApiJudge, JudgeError, blind
+
+CANARY = "canary-judge-KEY-0123456789abcdef"
+
+
+class Flaky:
+    """A /v1/completions server: ``script`` is the behaviour of each successive request
+    ("ok", "500", "429", "hang", "garbage", "401", "empty"); after the script, "ok"."""
+
+    def __init__(self, script: list[str]):
+        self.script, self.seen, self.auth = list(script), [], []
+        handler = self._handler()
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def _handler(self):
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.seen.append(body)
+                server.auth.append(self.headers.get("Authorization"))
+                what = server.script.pop(0) if server.script else "ok"
+                if what == "hang":
+                    time.sleep(3)
+                    what = "ok"
+                if what in ("500", "429", "401"):
+                    return self._send(int(what), b'{"error": "scheduled"}')
+                if what == "garbage":
+                    return self._send(200, b"<html>not json")
+                if what == "empty":
+                    return self._send(200, b'{"choices": []}')
+                text = "0.25 end" if "prompt" in body else "0.4"
+                choice = {"text": text} if "prompt" in body else {"message": {"content": text}}
+                self._send(200, json.dumps({"choices": [choice]}).encode())
+
+            def _send(self, code: int, data: bytes):
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        return Handler
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def flaky():
+    servers = []
+
+    def make(*script: str) -> Flaky:
+        servers.append(Flaky(list(script)))
+        return servers[-1]
+    yield make
+    for s in servers:
+        s.close()
+
+
+def judge_cfg(url: str, cache: Path, **over) -> dict:
+    cfg = {"base_url": url, "model": "judge-model", "chat": False, "max_tokens": 4,
+           "api_key_env": "MARTINGALE_JUDGE_API_KEY", "concurrency": 2, "timeout_s": 1, "retries": 3,
+           "backoff_s": 0.01, "cache_dir": str(cache)}
+    return {**cfg, **over}
+
+
+def test_a_server_error_is_retried_and_the_answer_still_comes_back(flaky, tmp_path):
+    server = flaky("500", "500")
+    judge = ApiJudge(judge_cfg(server.url, tmp_path))
+    assert judge.ask("Q c1 judge read P =") == "0.25 end"
+    assert judge.stats()["calls"] == 3 and judge.stats()["retries"] == 2 and judge.stats()["failures"] == 0
+
+
+def test_rate_limits_hangs_and_garbage_are_retried(flaky, tmp_path):
+    server = flaky("429", "hang", "garbage", "empty")
+    judge = ApiJudge(judge_cfg(server.url, tmp_path, retries=4))
+    assert judge.ask("one prompt") == "0.25 end"
+    assert judge.stats()["calls"] == 5 and judge.stats()["answered"] == 1
+
+
+def test_a_prompt_that_fails_every_retry_is_a_counted_failure_not_a_number(flaky, tmp_path):
+    server = flaky(*["500"] * 4)
+    judge = ApiJudge(judge_cfg(server.url, tmp_path, retries=3))
+    assert judge.ask("doomed") is None
+    stats = judge.stats()
+    assert stats["failures"] == 1 and stats["calls"] == 4
+    assert stats["failure_examples"] == ["HTTP 500 after 4 tries"]
+    assert not list(tmp_path.rglob("*.json")), "a failure is never cached"
+
+
+def test_a_refused_key_fails_at_once_without_retrying(flaky, tmp_path):
+    server = flaky("401")
+    judge = ApiJudge(judge_cfg(server.url, tmp_path))
+    with pytest.raises(JudgeError, match=r"HTTP 401 \(the key was refused.*MARTINGALE_JUDGE_API_KEY"):
+        judge.ask("x")
+    assert len(server.seen) == 1
+
+
+def test_a_second_ask_reads_the_cache_and_makes_no_call(flaky, tmp_path):
+    server = flaky()
+    prompts = [f"Q c{i} judge read P =" for i in range(5)]
+    first = ApiJudge(judge_cfg(server.url, tmp_path)).ask_all(prompts)
+    again = ApiJudge(judge_cfg(server.url, tmp_path))
+    assert again.ask_all(prompts) == first
+    assert len(server.seen) == 5
+    assert again.stats()["calls"] == 0 and again.stats()["cache_hits"] == 5
+
+
+def test_the_cache_key_is_model_prompt_and_parameters(flaky, tmp_path):
+    server = flaky()
+    ApiJudge(judge_cfg(server.url, tmp_path)).ask("same prompt")
+    ApiJudge(judge_cfg(server.url, tmp_path, model="other-model")).ask("same prompt")
+    ApiJudge(judge_cfg(server.url, tmp_path, max_tokens=9)).ask("same prompt")
+    assert len(server.seen) == 3
+    assert len(list(tmp_path.rglob("*.json"))) == 3
+
+
+def test_requests_are_greedy_and_name_the_model(flaky, tmp_path):
+    server = flaky()
+    ApiJudge(judge_cfg(server.url, tmp_path, chat=True)).ask("Output ONLY a number")
+    (body,) = server.seen
+    assert body["model"] == "judge-model" and body["temperature"] == 0.0 and body["max_tokens"] == 4
+    assert body["messages"] == [{"role": "user", "content": "Output ONLY a number"}]
+
+
+def test_the_key_is_sent_from_the_environment_and_never_written(flaky, tmp_path, monkeypatch):
+    monkeypatch.setenv("MARTINGALE_JUDGE_API_KEY", CANARY)
+    server = flaky()
+    judge = ApiJudge(judge_cfg(server.url, tmp_path))
+    judge.ask("keyed")
+    assert server.auth == [f"Bearer {CANARY}"]
+    assert CANARY not in json.dumps(judge.stats())
+    assert all(CANARY.encode() not in p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
+
+
+def test_stated_probabilities_are_hidden_from_the_judge():
+    assert blind("steps c1 +2 -> +2 so P = 0.62 end") == "steps c1 +2 -> +2 so P = ? end"
+    assert blind("I said P: 35% earlier, P ≈ 0,4 now") == "I said P = ? earlier, P = ? now"
+
+
+def test_a_key_variable_the_writers_would_not_redact_is_refused_at_check():
+    from martingale.config.schema import DOMAINS
+    assert DOMAINS["judge.api_key_env"].problem("JUDGE_PASSPHRASE") is None
+    assert "redacts" in DOMAINS["judge.api_key_env"].problem("DEEPSEEK")
+
+
+def test_a_cache_folder_outside_the_project_is_refused():
+    from martingale.config.schema import DOMAINS
+    assert DOMAINS["judge.cache_dir"].problem("results/_judge_cache") is None
+    assert "leaves the project" in DOMAINS["judge.cache_dir"].problem("../elsewhere")
+    assert "leaves the project" in DOMAINS["judge.cache_dir"].problem("/tmp/cache")
+
+
+def test_an_api_judge_without_an_address_fails_in_one_line(tmp_path):
+    with pytest.raises(JudgeError, match="needs judge.base_url and judge.model"):
+        ApiJudge(judge_cfg(None, tmp_path))
