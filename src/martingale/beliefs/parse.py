@@ -1,35 +1,140 @@
 """The one parser for every stated probability. Unparseable means None, never 0.0.
 
-The log's getP bug read 12–15% of priors as 0.0 and corrupted MS; here a missing, malformed or
-out-of-range number is None, counted as a parse failure and excluded from every metric.
+The log's getP bug read 12–15% of priors as 0.0 and corrupted MS; here a missing, malformed,
+ambiguous or out-of-range number is None, counted as a parse failure and excluded from every metric.
 """
 from __future__ import annotations
 
-import math
 import re
 
-_P = re.compile(r"\bP\s*=\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*(%?)")
+# --- the number a model writes (regex fragments; every pattern below is compiled once, at import) ---
+_PLAIN = r"(?:[0-9]+(?:\.[0-9]+)?|\.[0-9]+)"          # 0.7  .7  1  (fractions: no decimal comma)
+_DEC = r"(?:[0-9]+(?:[.,][0-9]+)?|\.[0-9]+)"           # also 0,7 (decimal comma)
+_NUM = (
+    r"(?P<sign>[+\-−]?)"
+    r"(?:\\[dt]?frac\s*\{\s*(?P<ln>" + _PLAIN + r")\s*\}\s*\{\s*(?P<ld>" + _PLAIN + r")\s*\}"   # \frac{1}{4}
+    r"|(?P<fn>" + _PLAIN + r")\s*/\s*(?P<fd>" + _PLAIN + r")"                                # 3 / 4
+    r"|(?P<m>" + _DEC + r")"                                                                 # 0.7  0,7
+    r"(?:[eE](?P<e>[+\-−]?[0-9]+)"                                                          # 1e-3
+    r"|[ \t]*(?:[x×·*]|\\times|\\cdot)[ \t]*10[ \t]*\^[ \t]*\{?[ \t]*(?P<e2>[+\-−]?[0-9]+)[ \t]*\}?)?"  # 2 × 10^-1
+    r"|(?P<nonfinite>(?i:nan|inf(?:inity)?)\b|∞)"                                              # nan, inf: None
+    r")"
+    r"(?P<pct>[ \t]*(?:\\?%|percent\b))?"                                                    # 70%  70 %  70\%
+)
+# ``P`` first (the literal lets the regex engine skip ahead), then: not glued to a word before it
+# (MAP = 3, TOP: 2), markdown around P, the sign (= : ≈ ~ \approx ...), markdown/paren before X.
+_P = re.compile(
+    r"P(?<![A-Za-z0-9]P)[*_`$]*\s*(?:[:=≈~≃]{1,2}|\\approx|\\simeq|\\sim)[\s*_`$(~]*" + _NUM)
+_BARE = re.compile(_NUM)
+# What right after X makes the statement unreadable: X glued to a word or number (0.7ish, 0.7.5,
+# 0,3,4), a question mark on it (P = 0.3?), or a second number joined by a range/list/alternative
+# (0.3-0.4, 0.3 - 0.4, 0.3 to 0.4, 0.3, 0.4, 0.3 or 0.4, 0.7 ± 0.1, 1/2/3). A separate signed
+# number (P = 0.74 -30, synthetic tokens) or a separate "?" is trailing text, not an alternative.
+_TAIL = re.compile(
+    r"[A-Za-z0-9]|[.,][0-9]|[*_`$]*\?"
+    r"|[\s*_`$)]*(?:(?<!\s)-|-(?=\s)|[–—~/,;±]|\+/?-|\bto\b|\bor\b|\band\b|\bvs\b\.?)"
+    r"[\s*_`$(~]*[+\-−]?[.,]?[0-9]")
+_THINK_TAG = re.compile(r"<(/?)think(?:ing)?>", re.IGNORECASE)
+_BARE_STRIP = " \t\r\n*_`$"
+_MINUS = "−"
 _STEP = re.compile(r"->\s*([+-]?\d+)")
 _START = re.compile(r"\bthink\s+([+-]?\d+)")
 
 
-def parse_p(text: str | None) -> float | None:
-    """The last ``P = X`` in text as a probability in [0, 1]; a trailing % divides by 100."""
+def _drop_thinking(text: str) -> str:
+    """text without its ``<think>…</think>`` scratch work: a closed block is removed, an orphan
+    ``</think>`` (the chat template opened the block in the prompt) drops everything before it, an
+    unclosed ``<think>`` drops everything after it (a trace cut off before its answer)."""
+    parts: list[str] = []
+    pos, inside = 0, False
+    for m in _THINK_TAG.finditer(text):
+        if m.group(1):                      # </think>
+            if not inside:
+                parts.clear()               # orphan: all before it was thinking
+            pos, inside = m.end(), False
+        elif not inside:                    # <think> (a nested one is ignored)
+            parts.append(text[pos:m.start()])
+            inside = True
+    if not inside:
+        parts.append(text[pos:])
+    return "".join(parts)
+
+
+def _value(m: re.Match[str]) -> float | None:
+    """The probability a number match states, or None (out of [0, 1], not finite, x/0, a % fraction)."""
+    sign, ln, ld, fn, fd, mant, e, e2, nonfinite, pct = m.groups()
+    try:
+        if mant is not None:
+            if e is None:
+                e = e2
+            if "," in mant:
+                mant = mant.replace(",", ".")
+            value = float(mant + "e" + e.replace(_MINUS, "-")) if e is not None else float(mant)
+            if pct:
+                value /= 100.0
+        elif nonfinite is None:
+            if pct:
+                return None                 # 1/2 % : which one is meant?
+            num, den = (fn, fd) if fn is not None else (ln, ld)
+            d = float(den)
+            if d == 0.0:
+                return None
+            value = float(num) / d
+        else:
+            return None                     # nan, inf
+    except (ValueError, OverflowError):
+        return None
+    if sign == "-" or sign == _MINUS:
+        value = -value
+    if not 0.0 <= value <= 1.0:             # also rejects nan; inf is out of range
+        return None
+    return value + 0.0                      # -0.0 -> 0.0
+
+
+def parse_p(text: str | None, bare: bool = False) -> float | None:
+    """The probability a model states: the last ``P = X`` in text, in [0, 1]; else None, never 0.
+
+    Why one strict reader: a misread number (the getP bug read "P = 0,7" as 0.0) silently corrupts
+    every metric, while None is counted as a parse failure (with examples) and excluded.
+
+    - The statement: uppercase ``P`` (not glued to a word: ``MAP = 3`` is not one), then ``=``,
+      ``:``, ``≈``, ``~``, ``\\approx``; markdown around it is fine (``**P = 0.7**``, ``P = **0.7**``,
+      `` `P = 0.7` ``, ``$P = 0.7$``). Lowercase ``p`` is not read: in prose it is a p-value.
+      The last statement that has a number wins; ``P = <words>`` (a definition) is skipped.
+    - X: ``0.7``, ``.7``, ``0``, ``1``; decimal comma ``0,7``; ``70%``, ``70 %``, ``7.5%``,
+      ``70 percent``; ``1e-3``, ``2E-1``, ``2 × 10^-1``; fractions ``1/2``, ``3 / 4``, ``\\frac{1}{4}``.
+      Anything after X is ignored (``P = 0.7.``, ``P = 0.7 (fairly likely)``, ``P = 0.7 end``)
+      except what makes it ambiguous, which gives None: a range (``0.3-0.4``, ``0.3 to 0.4``), a
+      list (``0.3, 0.4``; ``0,3`` alone is a decimal comma), ``0.3 or 0.4``, ``0.7 ± 0.1``, a
+      question mark on X (``P = 0.3?``), X glued to letters or digits (``0.7ish``, ``0.7.5``).
+      A spaced signed number is trailing text (``P = 0.74 -30``: synthetic tokens), not a range.
+    - Out of [0, 1] is None, never rescaled (``P = 7``, ``P = 150%``, ``P = -0.2``, nan, inf), as
+      is ``x/0`` and a percent fraction; when the last statement is bad, an earlier one is not used.
+    - ``<think>…</think>`` (or ``<thinking>``) is scratch work and ignored; an orphan ``</think>`` drops all before it;
+      an unclosed ``<think>`` drops all after it (no answer after it: None). The bare word ``think``
+      that starts a synthetic trace (``think 0 c1 +2 -> +2 P = 0.62 end``) is ordinary text.
+    - ``bare=True`` (a judge told to output only a number): with no ``P = X`` statement, the whole
+      answer must be one number (same syntaxes) with only whitespace, markdown and a final period
+      around it; words or a second number give None. A ``P = X`` statement is still read first.
+    """
     if not text:
         return None
-    matches = _P.findall(text)
-    if not matches:
+    if "<" in text:
+        text = _drop_thinking(text)
+    last = None
+    for last in _P.finditer(text):
+        pass
+    if last is not None:
+        if _TAIL.match(text, last.end()):
+            return None
+        return _value(last)
+    if not bare:
         return None
-    number, percent = matches[-1]
-    try:
-        value = float(number)
-    except ValueError:
-        return None
-    if percent:
-        value /= 100.0
-    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
-        return None
-    return value
+    s = text.strip(_BARE_STRIP)
+    if s.endswith("."):
+        s = s[:-1].rstrip(_BARE_STRIP)
+    m = _BARE.fullmatch(s)
+    return _value(m) if m is not None else None
 
 
 def parse_totals(text: str | None) -> list[int] | None:

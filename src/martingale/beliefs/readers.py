@@ -127,5 +127,6 @@ def read_api(ctx: ReadContext, questions: list[Question], texts: list[str], k: i
     todo = [i for i, s in enumerate(queries) if s is not None]
     out: list[float | None] = [None] * len(texts)
     for i, answer in zip(todo, client.ask_all([queries[i] for i in todo])):
-        out[i] = None if answer is None else parse_p("P = " + answer.strip())
+        if answer is not None:   # a completion continues "P ="; a chat judge answers on its own
+            out[i] = parse_p(answer, bare=True) if client.chat else parse_p("P = " + answer.strip())
     return out
