@@ -28,7 +28,7 @@ demo: install  ## the main job on the embedded default: filter-s2only end to end
 test: install vllm system-packages  ## lint the workflow (with each profile), then unit tests, the browser test, the end-to-end chain, the vLLM server tests and the SLURM cluster test at smoke scale
 	$(BIN)/snakemake --lint --profile profiles/local
 	$(BIN)/snakemake --lint --profile profiles/slurm
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=25
 
 table: install
 	$(BIN)/martingale table

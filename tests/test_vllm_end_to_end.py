@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -75,3 +76,71 @@ def test_a_vllm_training_stage_reloads_its_adapter_every_step_and_sees_it_applie
     assert loads >= 1
     assert logs.count('"POST /v1/load_lora_adapter HTTP/1.1" 200') == stage["steps"]
     assert not list(store.glob("train/.*.adapter")), "the adapter folder for the server is removed"
+
+
+JUDGE_KEY = "canary-judge-KEY-e2e-0123456789"
+
+
+def smk_build(root: Path, *targets: str, **env: str) -> subprocess.CompletedProcess:
+    res = subprocess.run([SNAKEMAKE, "--cores", "2", *targets], cwd=root, capture_output=True, text=True,
+                         env={**os.environ, "WANDB_MODE": "disabled", **env})
+    assert res.returncode == 0, res.stderr[-4000:]
+    return res
+
+
+@pytest.fixture(scope="module")
+def api_judged(built, tmp_path_factory):
+    """`api-judge` (parent base, knob elicit.judge=api) read by base's own pretrained model served by
+    a real vLLM server (started here, as a user would run theirs), then its eval rebuilt from scratch.
+    The server requires the key (vLLM --api-key): the judge must send it from the environment."""
+    import contextlib
+
+    from omegaconf import OmegaConf
+
+    from martingale.config.schema import Config
+    from martingale.model.vllm import Server
+    (model_dir,) = (built / "results/_store/pretrain").glob("*/model")
+    cfg = OmegaConf.to_container(OmegaConf.structured(Config), resolve=True)["model"]
+    cfg.update(name="judge", max_length=96)
+    cfg["vllm"].update(python=str(VLLM_PYTHON), startup_timeout_s=600, extra_args=["--api-key", JUDGE_KEY])
+    with contextlib.chdir(tmp_path_factory.mktemp("judge-server")):   # its log (and flags) outside the project
+        server = Server.start(model_dir, cfg)
+    try:
+        with open(built / "conf/config.yaml", "a", encoding="utf-8") as f:
+            f.write(f"judge: {{base_url: {server.url}/v1, model: judge, max_tokens: 1, concurrency: 4}}\n")
+        (built / "conf/runs/api-judge.yaml").write_text("parent: base\nknob: elicit.judge=api\n")
+        env = {"MARTINGALE_JUDGE_API_KEY": JUDGE_KEY}
+        smk_build(built, "results/api-judge/eval.json", **env)
+        first = json.loads((built / "results/api-judge/eval.json").read_text())
+        evals = [p.parent for p in (built / "results/_store/evaluate").glob("*/metrics.json")
+                 if "api_judge" in json.loads(p.read_text())]
+        assert len(evals) == 1
+        first_records = (evals[0] / "records.jsonl").read_bytes()
+        shutil.rmtree(evals[0])
+        shutil.rmtree(built / "results/api-judge")
+        smk_build(built, "results/api-judge/eval.json", **env)
+        second = json.loads((built / "results/api-judge/eval.json").read_text())
+        second_records = (evals[0] / "records.jsonl").read_bytes()
+    finally:
+        server.stop()
+    return first, second, first_records, second_records
+
+
+def test_an_api_judge_on_a_real_server_reads_every_belief_and_counts_its_calls(api_judged):
+    first, *_ = api_judged
+    judge = first["stages"]["s0"]["api_judge"]
+    assert judge["model"] == "judge" and judge["failures"] == 0 and judge["cache_hits"] == 0
+    assert judge["answered"] == judge["calls"] >= 48            # prior and posterior reads of 48 questions
+    assert first["stages"]["s0"]["parse_rate"] > 0.5
+
+
+def test_a_second_build_of_the_api_judged_eval_makes_no_new_call(api_judged):
+    first, second, first_records, second_records = api_judged
+    judge = second["stages"]["s0"]["api_judge"]
+    assert judge["calls"] == 0 and judge["cache_hits"] == first["stages"]["s0"]["api_judge"]["answered"]
+    assert second_records == first_records
+
+
+def test_the_judge_key_is_written_nowhere_in_the_project(api_judged, built):
+    hits = [p for p in built.rglob("*") if p.is_file() and JUDGE_KEY.encode() in p.read_bytes()]
+    assert hits == []
