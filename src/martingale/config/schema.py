@@ -177,6 +177,14 @@ class WandbConfig:
 
 
 @dataclass
+class BudgetConfig:
+    """A cap on what one build may cost, from `martingale plan --cost`'s estimate: the workflow
+    refuses to start a build whose estimate exceeds it (null = no cap)."""
+    gpu_hours: Optional[float] = None
+    cpu_hours: Optional[float] = None
+
+
+@dataclass
 class Config:
     world: WorldConfig = field(default_factory=WorldConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -188,6 +196,7 @@ class Config:
     stages: StagesConfig = field(default_factory=StagesConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     judge: JudgeConfig = field(default_factory=JudgeConfig)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
 
@@ -268,6 +277,15 @@ def Real(lo: Optional[float] = None, hi: Optional[float] = None, lo_open: bool =
          hi_open: bool = False) -> Num:
     """A finite number in [lo, hi] (ends open where asked)."""
     return Num(lo, hi, lo_open, hi_open)
+
+
+@dataclass(frozen=True)
+class Maybe(Domain):
+    """null, or a value ``inner`` accepts."""
+    inner: Domain
+
+    def problem(self, value: Any) -> Optional[str]:
+        return None if value is None else self.inner.problem(value)
 
 
 @dataclass(frozen=True)
@@ -465,6 +483,8 @@ DOMAINS: dict[str, Domain] = {
     "elicit.mode": InChoices(),
     "elicit.judge": InChoices(),
     "elicit.cut": OPEN_UNIT,
+    "budget.gpu_hours": Maybe(POSITIVE),
+    "budget.cpu_hours": Maybe(POSITIVE),
     "judge.base_url": Url(),
     "judge.model": Name(optional=True, pattern=re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:-]{0,127}")),
     "judge.chat": Flag(),
