@@ -346,5 +346,36 @@ def questions_check(path: Path = typer.Argument(..., help="A questions file: one
     out.print(table)
 
 
+@questions_app.command("export-synthetic")
+def questions_export(
+    out_path: str = typer.Argument("data/questions/synthetic-world.jsonl",
+                                   help="Where to write the file, inside the project."),
+    run: str = typer.Option("base", "--run", help="Whose world.* to export (its synthetic questions)."),
+) -> None:
+    """Write a run's synthetic world (train and held-out questions) as a questions file.
+
+    Each line: English question text, the clue words as background, y, its split, the clues and
+    the oracle's final belief; world=jsonl on this file asks exactly the synthetic world's questions."""
+    from .config.schema import ProjectPath
+    from .io import write_jsonl
+    problem = ProjectPath().problem(out_path)
+    if problem:
+        fail(f"export-synthetic: {problem}")
+    tree = _tree(compose=False)
+    _need(tree, run)
+    from .world.jsonl import exported_rows
+    from .world.synthetic import SyntheticWorld
+    try:
+        world = SyntheticWorld({**tree.resolved_config(run)["world"], "name": "synthetic"})
+        rows = exported_rows(world)
+    except (RunError, ValueError) as e:
+        fail(str(e).splitlines()[0])
+        return
+    write_jsonl(STATE.root / out_path, rows)
+    n_held = sum(r["split"] == "heldout" for r in rows)
+    out.print(f"{out_path}: {len(rows)} questions ({len(rows) - n_held} train, {n_held} held-out) "
+              f"from {run}'s synthetic world", markup=False)
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -69,6 +69,16 @@ def _model_slice(model: dict, serves: bool) -> dict:
     return {k: v for k, v in model.items() if k not in drop}
 
 
+QUESTION_SOURCE = {"name": "synthetic", "questions_file": None}   # where the questions come from
+
+
+def _world_slice(world: dict, asks: bool) -> dict:
+    """The world as a stage of this kind sees it: a kind that never asks a question (pretrain,
+    distill: the clue table writes their traces) sees the synthetic world's question source
+    whatever it is, so world=jsonl shares base's pretrain and D."""
+    return world if asks else {**world, **QUESTION_SOURCE}
+
+
 def _judge_slice(cfg: dict) -> Optional[dict]:
     """judge.* when the stage reads through the api judge (elicit.judge=api), else nothing: a run
     that reads no api judge keeps its ids whatever judge.* says. Like a generating stage's serving
@@ -79,7 +89,8 @@ def _judge_slice(cfg: dict) -> Optional[dict]:
 def stage_slice(kind: StageKind, cfg: dict, step: Optional[str] = None, seed: Optional[int] = None) -> dict:
     """The config a stage of this kind sees (and its id hashes): the kind's keys, the step's own
     config as ``stage``, the seed for a per-seed kind."""
-    out = {key: _model_slice(cfg[key], kind.serves) if key == "model" else cfg[key]
+    out = {key: _model_slice(cfg[key], kind.serves) if key == "model" else
+           _world_slice(cfg[key], kind.questions) if key == "world" else cfg[key]
            for key in kind.keys if key != "judge"}
     if "judge" in kind.keys and _judge_slice(cfg) is not None:
         out["judge"] = _judge_slice(cfg)

@@ -184,13 +184,15 @@ def check_domains(resolved: dict, flat: dict[str, Any] | None = None) -> None:
             _IN_DOMAIN.add(memo)
 
 
-def check_values(resolved: dict, allowed: dict[str, tuple[Any, ...]] | None = None) -> None:
+def check_values(resolved: dict, allowed: dict[str, tuple[Any, ...]] | None = None,
+                 root: Path | None = None) -> None:
     """The composed config's values: choices() first (``allowed``: its result, if at hand), then
-    every key's domain, then the rules across keys (schema.RELATIONS)."""
+    every key's domain, then the rules across keys (schema.RELATIONS, CHECKS; ``root``: the
+    project a relative file path is read from)."""
     flat = flatten(resolved)
     check_choices(resolved, allowed, flat)
     check_domains(resolved, flat)
-    broken = relation_problem(resolved)
+    broken = relation_problem(resolved, root)
     if broken:
         raise ComposeError(*broken)
 
@@ -253,7 +255,7 @@ def compose(overrides: Iterable[str], conf_dir: Path | str) -> dict:
         for ov in overrides:
             parse_override(ov)
         resolved = to_dict(compose_cfg(list(overrides), conf_dir))
-        check_values(resolved)
+        check_values(resolved, root=Path(conf_dir).resolve().parent)
         _COMPOSE_CACHE[key] = resolved
     return copy.deepcopy(_COMPOSE_CACHE[key])
 
@@ -419,7 +421,7 @@ class Composer:
                     resolved = _set_path(resolved, path, value)
             if self._choices is None:   # the registries do not change while a tree is checked
                 self._choices = choices()
-            check_values(resolved, self._choices)
+            check_values(resolved, self._choices, self.conf_dir.parent)
             self._cache[key] = resolved
         return resolved
 

@@ -7,6 +7,7 @@ run is composed, so a value out of range is an error naming the key too.
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -434,7 +435,7 @@ SEED = Int(0, SEED_MAX)
 
 DOMAINS: dict[str, Domain] = {
     # world: stages/common.make_world builds the synthetic world only; world/synthetic.py
-    "world.name": OneOf(("synthetic",)),
+    "world.name": OneOf(("synthetic", "jsonl")),
     "world.seed": SEED,
     "world.base_rate": OPEN_UNIT,                 # logit(base_rate)
     "world.n_clue_types": Int(2),                 # a Dirichlet over at least two clue types
@@ -563,10 +564,45 @@ RELATIONS: tuple[tuple[str, Any, str], ...] = (
 )
 
 
-def relation_problem(cfg: dict) -> tuple[str, str] | None:
-    """The first cross-key rule (RELATIONS) the resolved config breaks: (key, why), else None."""
+def _questions_file_problem(cfg: dict, root: Optional[Path]) -> Optional[str]:
+    """world=jsonl: the file must exist, be valid and hold the questions the splits ask for (a
+    relative path is read from the project ``root``, as the stages read it)."""
+    w = cfg["world"]
+    if w["name"] != "jsonl":
+        return None
+    if not w.get("questions_file"):
+        return "world=jsonl needs a questions file (world.questions_file)"
+    path = Path(w["questions_file"])
+    if root is not None and not path.is_absolute():
+        path = root / path
+    try:
+        st = path.stat()
+    except OSError:
+        return f"{path}: file: not found (`martingale questions export-synthetic` writes one)"
+    return _cached_questions_problem(str(path), st.st_mtime_ns, st.st_size, int(w["n_train"]), int(w["n_heldout"]))
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_questions_problem(path: str, mtime_ns: int, size: int, n_train: int, n_heldout: int) -> Optional[str]:
+    """One read of a questions file per version of it (every run of a campaign shares it)."""
+    from ..world.questions import config_problem
+    return config_problem({"questions_file": path, "n_train": n_train, "n_heldout": n_heldout})
+
+
+# Checks whose message depends on what they find: (key, check(cfg, project root) -> why or None).
+CHECKS: tuple[tuple[str, Any], ...] = (
+    ("world.questions_file", _questions_file_problem),
+)
+
+
+def relation_problem(cfg: dict, root: Optional[Path] = None) -> tuple[str, str] | None:
+    """The first cross-key rule (RELATIONS, then CHECKS) the resolved config breaks: (key, why), else None."""
     for key, holds, why in RELATIONS:
         if not holds(cfg):
+            return key, why
+    for key, check in CHECKS:
+        why = check(cfg, root)
+        if why:
             return key, why
     return None
 

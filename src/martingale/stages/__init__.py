@@ -41,6 +41,7 @@ class StageKind:
     per_seed: bool = False
     local: bool = False                             # runs on the submitting host, never as a job
     serves: bool = False                            # generates through model.backend (its keys matter)
+    questions: bool = True                          # asks the world's questions (False: its clue table only)
 
 
 _KINDS: dict[str, StageKind] = {}
@@ -48,13 +49,15 @@ _KINDS: dict[str, StageKind] = {}
 
 def stage_kind(name: str, place: str, keys: tuple[str, ...], inputs: tuple[str, ...] = (),
                when: Optional[Callable[[dict], bool]] = None, per_seed: bool = False,
-               local: bool = False, serves: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+               local: bool = False, serves: bool = False,
+               questions: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the decorated ``run`` as stage kind ``name`` (see the module docstring)."""
     if place not in PLACES:
         raise ValueError(f"stage kind {name}: place {place!r} is not one of {', '.join(PLACES)}")
 
     def register(run: Callable[..., Any]) -> Callable[..., Any]:
-        _KINDS[name] = StageKind(name, place, tuple(keys), tuple(inputs), run, when, per_seed, local, serves)
+        _KINDS[name] = StageKind(name, place, tuple(keys), tuple(inputs), run, when, per_seed, local, serves,
+                                  questions)
         return run
     return register
 

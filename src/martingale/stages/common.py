@@ -30,9 +30,20 @@ def seed_everything(seed: int) -> None:
 
 
 def make_world(world_cfg: dict[str, Any]) -> SyntheticWorld:
+    """The world a stage reads: the synthetic one, or its clue table with a questions file's
+    questions (world=jsonl; world/jsonl.py). A stage whose slice has no ``name`` (one that never
+    asks a question: pretrain, distill) gets the clue table alone."""
     from ..world.synthetic import SyntheticWorld
-    if world_cfg.get("name", "synthetic") != "synthetic":
-        raise StageError(f"world={world_cfg.get('name')!r}: only the embedded synthetic world is built")
+    name = world_cfg.get("name", "synthetic")
+    if name == "jsonl":
+        from ..world.jsonl import JsonlWorld
+        from ..world.questions import QuestionsError
+        try:
+            return JsonlWorld(world_cfg)
+        except QuestionsError as e:
+            raise StageError(str(e).splitlines()[0]) from None
+    if name != "synthetic":
+        raise StageError(f"world={name!r}: no such world (synthetic, jsonl)")
     return SyntheticWorld(world_cfg)
 
 

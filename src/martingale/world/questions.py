@@ -280,3 +280,27 @@ def with_negations(questions: Iterable[ForecastQuestion]) -> list[ForecastQuesti
     """Each question followed by its negation: the labels balanced (mean y exactly 0.5), as the
     log balanced its training set (2000 → 4000)."""
     return [x for q in questions for x in (q, q.negation())]
+
+
+def config_problem(world_cfg: dict[str, Any]) -> str | None:
+    """Why ``world.questions_file`` cannot serve this world config (the first problem, with a count
+    of the rest), or None: schema.RELATIONS checks it when a run is composed, before any job. A
+    ``split`` field on every line (an export) is the split; else the file must hold n_train + n_heldout."""
+    try:
+        questions = load_questions(world_cfg["questions_file"])
+    except QuestionsError as e:
+        more = f" (and {len(e.problems) - 1} more: `martingale questions check FILE` lists them)" \
+            if len(e.problems) > 1 else ""
+        return e.problems[0] + more
+    marked = [q.extra.get("split") for q in questions]
+    if all(m in ("train", "heldout") for m in marked):
+        have = {s: marked.count(s) for s in ("train", "heldout")}
+        want = {"train": int(world_cfg["n_train"]), "heldout": int(world_cfg["n_heldout"])}
+    else:
+        have = {"all": len(questions)}
+        want = {"all": int(world_cfg["n_train"]) + int(world_cfg["n_heldout"])}
+    short = [s for s in want if have[s] < want[s]]
+    if short:
+        return (f"{world_cfg['questions_file']} holds {have} questions, fewer than world.n_train/"
+                f"world.n_heldout ask for ({want})")
+    return None

@@ -32,12 +32,13 @@ class Question:
     clues: tuple[int, ...]
     y: int                  # resolution of the question as asked (already flipped if negated)
     negated: bool = False
+    text: str | None = None  # the evidence as a questions file words it (world=jsonl); None: the clue words
 
     def negation(self) -> "Question":
         """The same evidence, asked the other way round: y' = 1 − y."""
         suffix = "~" if not self.negated else ""
         qid = self.qid[:-1] if self.negated else self.qid + suffix
-        return Question(qid, self.clues, 1 - self.y, not self.negated)
+        return Question(qid, self.clues, 1 - self.y, not self.negated, self.text)
 
 
 class SyntheticWorld:

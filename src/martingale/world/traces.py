@@ -25,7 +25,10 @@ def fmt_p(p: float) -> str:
 
 
 def prompt(q: Question) -> str:
-    return " ".join(["Q"] + (["not"] if q.negated else []) + [f"c{c}" for c in q.clues] + ["?"])
+    """``Q [not] <evidence> ?``: the evidence is the question's text where a questions file gives
+    it (world=jsonl), else its clue words; an exported synthetic question reads the same."""
+    evidence = q.text.split() if q.text is not None else [f"c{c}" for c in q.clues]
+    return " ".join(["Q"] + (["not"] if q.negated else []) + evidence + ["?"])
 
 
 def units_to_p(units: int, unit: float) -> float:
