@@ -311,3 +311,26 @@ def test_a_knob_that_adds_a_stage_is_headlined_by_its_stage_against_the_parents_
         assert head["compares"] == "s1 vs parent s0" and head["brier_delta"] == final["brier"]["delta"]
     else:
         assert final["brier"]["delta"] is None, "a defined final effect must be the headline"
+
+
+def test_base_asked_from_its_exported_questions_file_measures_exactly_what_base_measures(built, tmp_path):
+    """world=jsonl end to end: `martingale questions export-synthetic` writes base's world as a
+    questions file, `base-jsonl` (knob world=jsonl) reads it back; same pretrain, same questions,
+    same prompts, so the same answers: a nil paired effect, stated P for stated P."""
+    root = tmp_path / "proj"
+    shutil.copytree(built, root, symlinks=True)
+    martingale = str(Path(sys.executable).with_name("martingale"))
+    res = subprocess.run([martingale, "--root", str(root), "questions", "export-synthetic"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    (root / "conf/runs/base-jsonl.yaml").write_text("parent: base\nknob: world=jsonl\n")
+    res = smk(root, "results/base-jsonl/eval.json")
+    assert res.returncode == 0, res.stderr[-4000:]
+    assert "pretrain" not in re.findall(r"^rule (\w+):", res.stdout + res.stderr, re.M)   # base's pretrain reused
+    final = json.loads((root / "results/base-jsonl/eval.json").read_text())["effect"]["final"]
+    assert final["n_paired"] == 48
+    lo, hi = final["brier"]["ci"]
+    assert lo <= 0 <= hi
+    rows = {r: [json.loads(x) for x in (root / f"results/{r}/records.jsonl").read_text().splitlines()]
+            for r in ("base", "base-jsonl")}
+    assert [(x["qid"], x["stated"], x["prior"]) for x in rows["base"]] == \
+        [(x["qid"], x["stated"], x["prior"]) for x in rows["base-jsonl"]]

@@ -18,7 +18,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 from .config.runs import RunTree
 from .io import canonical_json, read_optional, write_text_if_changed
@@ -79,11 +79,14 @@ def _world_slice(world: dict, asks: bool) -> dict:
     return world if asks else {**world, **QUESTION_SOURCE}
 
 
-def _judge_slice(cfg: dict) -> Optional[dict]:
-    """judge.* when the stage reads through the api judge (elicit.judge=api), else nothing: a run
-    that reads no api judge keeps its ids whatever judge.* says. Like a generating stage's serving
-    keys, its address is in the id; a rebuild at a new address reads the same answers from the cache."""
-    return cfg["judge"] if cfg.get("elicit", {}).get("judge") == "api" else None
+# Keys a stage sees only where they are used, so a run that uses neither keeps its ids whatever they
+# say: judge.* where beliefs are read by the api judge (its address too, like a generating stage's
+# serving keys; a rebuild at a new address reads the same answers from the cache), prompts.* where
+# the prompt set is not the embedded model's own format.
+USED_WHEN: dict[str, Callable[[dict], bool]] = {
+    "judge": lambda cfg: cfg.get("elicit", {}).get("judge") == "api",
+    "prompts": lambda cfg: cfg.get("prompts", {}).get("name", "embedded") != "embedded",
+}
 
 
 def stage_slice(kind: StageKind, cfg: dict, step: Optional[str] = None, seed: Optional[int] = None) -> dict:
@@ -91,9 +94,7 @@ def stage_slice(kind: StageKind, cfg: dict, step: Optional[str] = None, seed: Op
     config as ``stage``, the seed for a per-seed kind."""
     out = {key: _model_slice(cfg[key], kind.serves) if key == "model" else
            _world_slice(cfg[key], kind.questions) if key == "world" else cfg[key]
-           for key in kind.keys if key != "judge"}
-    if "judge" in kind.keys and _judge_slice(cfg) is not None:
-        out["judge"] = _judge_slice(cfg)
+           for key in kind.keys if key not in USED_WHEN or USED_WHEN[key](cfg)}
     if step is not None:
         out["stage"] = cfg["stages"][step]
     if kind.per_seed:

@@ -44,30 +44,38 @@ def judge_needed(elicit: dict[str, Any]) -> bool:
     return elicit["mode"] == "samemode" and get_reader(elicit["judge"]).needs_judge
 
 
-def probe_prompts(questions: list[Question], n: int = 4) -> list[str]:
+def probe_prompts(questions: list[Question], n: int = 4, prompts_cfg: dict[str, Any] | None = None,
+                  tokenizer: Any = None) -> list[str]:
     """Fixed prompts a backend guard scores (parity, adapter applied): the first n questions' traces."""
-    return [fmt.prompt(q) + " think" for q in questions[:n]]
+    from .prompts import Prompts
+    ask = Prompts(prompts_cfg, tokenizer)
+    return [ask.reasoned(q) for q in questions[:n]]
 
 
 def rollout(gen: "Backend", questions: list[Question], ctx: ReadContext, elicit: dict[str, Any],
             seed: int, temperature: float) -> Rollout:
-    """Sample each question's trace (and snap answer) with ``gen``; read prior and posterior."""
+    """Sample each question's trace (and snap answer) with ``gen``; read prior and posterior.
+    The prompts are the set ``prompts.name`` (beliefs/prompts.py); the running-total columns
+    (trace_cut, trace_last) exist only in the embedded format."""
+    from .prompts import Prompts
     world = ctx.world
-    prompts = [fmt.prompt(q) for q in questions]
-    prompts_think = [p + " think" for p in prompts]
-    trace = gen.sample(prompts_think, 4 * world.n_clues + 6, temperature, seed)
-    texts = ["think " + t for t in trace.texts]
+    ask = Prompts(ctx.config.get("prompts"), getattr(gen, "tokenizer", None))
+    trace = gen.sample([ask.reasoned(q) for q in questions], ask.trace_tokens(world.n_clues), temperature, seed)
+    texts = [ask.reasoned_text(t) for t in trace.texts]
     trace.texts = texts
     stated = [parse_p(t) for t in texts]
     k = cut_index(world, elicit)
-    trace_cut = READERS["trace"](ctx, questions, texts, k)
-    totals = [parse_totals(t) for t in texts]
-    trace_last = [fmt.units_to_p(tt[-1], world.unit) if tt and len(tt) > 1 else None for tt in totals]
+    none: list[float | None] = [None] * len(questions)
+    trace_cut, trace_last = none, none
+    if ask.embedded:
+        trace_cut = READERS["trace"](ctx, questions, texts, k)
+        totals = [parse_totals(t) for t in texts]
+        trace_last = [fmt.units_to_p(tt[-1], world.unit) if tt and len(tt) > 1 else None for tt in totals]
     snap = None
-    snap_p: list[float | None] = [None] * len(questions)
+    snap_p: list[float | None] = none
     if elicit["mode"] == "snap":
-        snap = gen.sample([p + " snap" for p in prompts], 4, temperature, seed + 1)
-        snap.texts = ["snap " + t for t in snap.texts]
+        snap = gen.sample([ask.snap(q) for q in questions], ask.snap_tokens(), temperature, seed + 1)
+        snap.texts = [ask.snap_text(t) for t in snap.texts]
         snap_p = [parse_p(t) for t in snap.texts]
         prior, posterior = snap_p, stated
     elif elicit["mode"] == "samemode":

@@ -85,24 +85,29 @@ def get_reader(name: str) -> Reader:
 
 @reader("self", needs_judge=True)
 def read_self(ctx: ReadContext, questions: list[Question], texts: list[str], k: int) -> list[float | None]:
-    """The judge's greedy one-token answer to ``… read P =`` after the trace cut at k."""
-    from ..world import traces as fmt
+    """The judge model's greedy answer to the prompt set's judge prompt after the trace cut at k
+    (the embedded format: one token after ``… read P =``)."""
+    from .prompts import Prompts
+    ask = Prompts(ctx.config.get("prompts"), getattr(ctx.judge, "tokenizer", None))
     # Only a trace that reached step k in the expected shape can be cut there.
-    queries = [fmt.read_query(q, text, k) for q, text in zip(questions, texts)]
+    queries = [ask.judge(q, text, k, ctx.world.n_clues) for q, text in zip(questions, texts)]
     todo = [i for i, s in enumerate(queries) if s is not None]
     out: list[float | None] = [None] * len(texts)
     for start in range(0, len(todo), ctx.batch_size):
         idx = todo[start:start + ctx.batch_size]
-        answers = ctx.judge.greedy_next([queries[i] for i in idx], max_new_tokens=1)
+        answers = ctx.judge.greedy_next([queries[i] for i in idx], max_new_tokens=ask.judge_tokens())
         for i, a in zip(idx, answers):
-            out[i] = parse_p("P = " + a.strip())
+            out[i] = ask.read_answer(a)
     return out
 
 
 @reader("trace")
 def read_trace(ctx: ReadContext, questions: list[Question], texts: list[str], k: int) -> list[float | None]:
-    """The belief of the running total the trace writes at step k."""
+    """The belief of the running total the trace writes at step k (the embedded format only)."""
     from ..world import traces as fmt
+    from .prompts import is_embedded
+    if not is_embedded(ctx.config.get("prompts")):
+        return [None] * len(texts)
     out: list[float | None] = []
     for text in texts:
         totals = parse_totals(text)
@@ -118,15 +123,17 @@ def read_oracle(ctx: ReadContext, questions: list[Question], texts: list[str], k
 
 @reader("api")
 def read_api(ctx: ReadContext, questions: list[Question], texts: list[str], k: int) -> list[float | None]:
-    """``judge.model`` behind ``judge.base_url`` answers ``… read P =`` after the trace cut at k,
-    with every probability the trace states hidden (api_judge.blind); a failed call is None."""
-    from ..world import traces as fmt
+    """``judge.model`` behind ``judge.base_url`` answers the prompt set's judge prompt after the
+    trace cut at k, every probability the trace states hidden (api_judge.blind); a failed call is
+    None. The server applies its own chat template (judge.chat), never the evaluated model's."""
     from .api_judge import ApiJudge, blind
+    from .prompts import Prompts
     client = ctx.service("api_judge", lambda: ApiJudge(ctx.config["judge"]))
-    queries = [fmt.read_query(q, blind(text), k) for q, text in zip(questions, texts)]
+    ask = Prompts({**(ctx.config.get("prompts") or {}), "chat": False})
+    queries = [ask.judge(q, blind(text), k, ctx.world.n_clues) for q, text in zip(questions, texts)]
     todo = [i for i, s in enumerate(queries) if s is not None]
     out: list[float | None] = [None] * len(texts)
     for i, answer in zip(todo, client.ask_all([queries[i] for i in todo])):
         if answer is not None:   # a completion continues "P ="; a chat judge answers on its own
-            out[i] = parse_p(answer, bare=True) if client.chat else parse_p("P = " + answer.strip())
+            out[i] = parse_p(answer, bare=True) if client.chat else ask.read_answer(answer)
     return out

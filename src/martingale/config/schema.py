@@ -143,6 +143,21 @@ class ElicitConfig:
 
 
 @dataclass
+class PromptsConfig:
+    """What a model is asked (beliefs/prompts.py): ``embedded`` = the embedded model's own format;
+    another set holds the templates, with {question}, {background}, {resolution_criteria}, {opt}
+    and, for the judge, {trace} (the reasoning so far, probabilities hidden)."""
+    name: str = "embedded"
+    chat: bool = False            # render through the tokenizer's chat template (a chat model)
+    snap: str = ""
+    reasoned: str = ""
+    judge: str = ""
+    max_new_tokens: int = 1024    # a reasoned trace's length cap (the embedded format: 4 · clues + 6)
+    snap_max_tokens: int = 128    # a snap answer's
+    judge_max_tokens: int = 8     # a same-mode read's answer length (a number)
+
+
+@dataclass
 class JudgeConfig:
     """An OpenAI-compatible judge for ``elicit.judge=api`` (beliefs/api_judge.py): greedy, cached.
     Only model, chat and max_tokens are what it computes (in stage ids); the rest is how to reach it."""
@@ -197,6 +212,7 @@ class Config:
     stages: StagesConfig = field(default_factory=StagesConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     judge: JudgeConfig = field(default_factory=JudgeConfig)
+    prompts: PromptsConfig = field(default_factory=PromptsConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
@@ -394,6 +410,23 @@ class ProjectPath(Domain):
 
 
 @dataclass(frozen=True)
+class Template(Domain):
+    """A prompt template: str.format fields only among ``allowed`` (empty for the embedded set)."""
+    allowed: tuple[str, ...]
+
+    def problem(self, value: Any) -> Optional[str]:
+        import string
+        if not isinstance(value, str):
+            return f"needs a template string, got {value!r}"
+        try:
+            names = {f for _, f, _, _ in string.Formatter().parse(value) if f is not None}
+        except ValueError as e:
+            return f"not a template ({e})"
+        unknown = sorted(n for n in names if n not in self.allowed)
+        return f"unknown field {{{unknown[0]}}} (known: {', '.join(self.allowed)})" if unknown else None
+
+
+@dataclass(frozen=True)
 class Args(Domain):
     """A list of command-line arguments, each one line (possibly empty)."""
 
@@ -484,6 +517,14 @@ DOMAINS: dict[str, Domain] = {
     "elicit.mode": InChoices(),
     "elicit.judge": InChoices(),
     "elicit.cut": OPEN_UNIT,
+    "prompts.name": Name(),
+    "prompts.chat": Flag(),
+    "prompts.snap": Template(("question", "background", "resolution_criteria", "opt")),
+    "prompts.reasoned": Template(("question", "background", "resolution_criteria", "opt")),
+    "prompts.judge": Template(("question", "background", "resolution_criteria", "opt", "trace")),
+    "prompts.max_new_tokens": COUNT,
+    "prompts.snap_max_tokens": COUNT,
+    "prompts.judge_max_tokens": COUNT,
     "budget.gpu_hours": Maybe(POSITIVE),
     "budget.cpu_hours": Maybe(POSITIVE),
     "judge.base_url": Url(),

@@ -27,24 +27,28 @@ DRAW_SEED_STRIDE = 1000   # re-draw j of the snap prior samples with seed + 1 + 
 NEGATION_SEED = 2         # negated questions sample with seed + 2 (the trace: seed, the snap prior: seed + 1)
 
 
-def snap_draws(gen, questions, k: int, seed: int, temperature: float) -> list[list[float | None]]:
+def snap_draws(gen, questions, k: int, seed: int, temperature: float,
+               prompts_cfg: dict[str, Any] | None = None) -> list[list[float | None]]:
     """K re-draws of each question's snap prior (the same prompt as beliefs.elicit.rollout's snap
     answer) with backend ``gen``, each with its own seed: per question, the K stated P (None = unparsed)."""
-    from ..world import traces as fmt
-    prompts = [fmt.prompt(q) + " snap" for q in questions]
+    from ..beliefs.prompts import Prompts
+    ask = Prompts(prompts_cfg, getattr(gen, "tokenizer", None))
+    prompts = [ask.snap(q) for q in questions]
     draws = []
     for j in range(k):
-        batch = gen.sample(prompts, 4, temperature, seed + 1 + DRAW_SEED_STRIDE * (j + 1))
-        draws.append([parse_p("snap " + t) for t in batch.texts])
+        batch = gen.sample(prompts, ask.snap_tokens(), temperature, seed + 1 + DRAW_SEED_STRIDE * (j + 1))
+        draws.append([parse_p(ask.snap_text(t)) for t in batch.texts])
     return [[_r(d[i]) for d in draws] for i in range(len(questions))]
 
 
-def negation_stated(gen, world, questions, seed: int, temperature: float) -> list[float | None]:
+def negation_stated(gen, world, questions, seed: int, temperature: float,
+                    prompts_cfg: dict[str, Any] | None = None) -> list[float | None]:
     """The stated P of each question's negation (a reasoned trace on ``Q not ...``), backend ``gen``."""
-    from ..world import traces as fmt
-    prompts = [fmt.prompt(q.negation()) + " think" for q in questions]
-    batch = gen.sample(prompts, 4 * world.n_clues + 6, temperature, seed + NEGATION_SEED)
-    return [_r(parse_p("think " + t)) for t in batch.texts]
+    from ..beliefs.prompts import Prompts
+    ask = Prompts(prompts_cfg, getattr(gen, "tokenizer", None))
+    prompts = [ask.reasoned(q.negation()) for q in questions]
+    batch = gen.sample(prompts, ask.trace_tokens(world.n_clues), temperature, seed + NEGATION_SEED)
+    return [_r(parse_p(ask.reasoned_text(t))) for t in batch.texts]
 
 
 def evaluate_model(gen, judge, cfg: dict[str, Any], questions, ctx=None) -> list[dict[str, Any]]:
@@ -65,11 +69,12 @@ def evaluate_model(gen, judge, cfg: dict[str, Any], questions, ctx=None) -> list
         raise ValueError(f"eval.prior_draws: must be ≥ 0, got {n_draws}")
     draws = None
     if n_draws and cfg["elicit"]["mode"] == "snap":
-        draws = snap_draws(gen, questions, n_draws, seed, temperature)
+        draws = snap_draws(gen, questions, n_draws, seed, temperature, cfg.get("prompts"))
     elif n_draws:
         log.warning("eval.prior_draws=%d ignored: the samemode prior is one judge read of one trace, "
                     "not a snap draw to repeat (de-attenuation needs elicit.mode=snap)", n_draws)
-    negs = negation_stated(gen, world, questions, seed, temperature) if cfg["eval"].get("negations") else None
+    negs = negation_stated(gen, world, questions, seed, temperature, cfg.get("prompts")) \
+        if cfg["eval"].get("negations") else None
     rows = []
     for i, q in enumerate(questions):
         extra: dict[str, Any] = {}
@@ -89,7 +94,7 @@ def evaluate_model(gen, judge, cfg: dict[str, Any], questions, ctx=None) -> list
     return rows
 
 
-@stage_kind("evaluate", "measure", keys=("world", "model", "elicit", "eval", "judge"), inputs=("model", "judge_model"),
+@stage_kind("evaluate", "measure", keys=("world", "model", "elicit", "eval", "judge", "prompts"), inputs=("model", "judge_model"),
             per_seed=True, serves=True)
 def run(cfg: dict[str, Any], model: Path, judge_model: Path, out_dir: Path) -> None:
     """cfg: world, model, elicit, eval, seed → out_dir/records.jsonl and out_dir/metrics.json."""
@@ -104,7 +109,8 @@ def run(cfg: dict[str, Any], model: Path, judge_model: Path, out_dir: Path) -> N
     world = make_world(cfg["world"])
     _, heldout = world.splits()
     with open_models(model, judge_model, cfg["model"], judge_needed(cfg["elicit"])) as (gen, judge):
-        guards = {**describe(gen.model), **gen.verify(probe_prompts(heldout))}
+        guards = {**describe(gen.model),
+                  **gen.verify(probe_prompts(heldout, prompts_cfg=cfg.get("prompts"), tokenizer=gen.tokenizer))}
         ctx = ReadContext(world=world, judge=judge, config=cfg)
         try:
             records = evaluate_model(gen, judge, cfg, heldout, ctx)

@@ -231,7 +231,7 @@ def train_steps(policy: Policy, score: Callable[..., np.ndarray], train_q, ctx, 
     return history
 
 
-@stage_kind("train", "step", keys=("world", "model", "elicit", "judge"), inputs=("start_model", "judge_model"),
+@stage_kind("train", "step", keys=("world", "model", "elicit", "judge", "prompts"), inputs=("start_model", "judge_model"),
             per_seed=True, serves=True)
 def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path) -> None:
     """cfg: world, model, elicit, stage, seed → out_dir/model (adapter merged), train.jsonl, stage.json.
@@ -253,7 +253,7 @@ def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path
     if stage["balance"]:
         train_q = train_q + [q.negation() for q in train_q]
     with open_models(start_model, judge_model, cfg["model"], judge_needed(elicit)) as (start, judge):
-        probes = tuple(probe_prompts(train_q))
+        probes = tuple(probe_prompts(train_q, prompts_cfg=cfg.get("prompts"), tokenizer=start.tokenizer))
         guards = start.verify(list(probes))
         ctx = ReadContext(world=world, judge=judge, config=cfg)
         try:

@@ -24,7 +24,8 @@ def as_question(fq: ForecastQuestion) -> Question:
     """The question the stages ask: its id, resolution and evidence text; clues where the line
     lists them (an exported synthetic question), else none."""
     clues = fq.extra.get("clues") or ()
-    return Question(fq.qid, tuple(int(c) for c in clues), int(fq.y), fq.negated, text=fq.background)
+    return Question(fq.qid, tuple(int(c) for c in clues), int(fq.y), fq.negated, text=fq.background,
+                    question=fq.question, criteria=fq.resolution_criteria, option=fq.option)
 
 
 def exported_rows(world: SyntheticWorld) -> list[dict[str, Any]]:

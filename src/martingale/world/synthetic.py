@@ -33,12 +33,16 @@ class Question:
     y: int                  # resolution of the question as asked (already flipped if negated)
     negated: bool = False
     text: str | None = None  # the evidence as a questions file words it (world=jsonl); None: the clue words
+    question: str | None = None   # a questions file's question text, resolution criteria and option
+    criteria: str | None = None
+    option: str = ""
 
     def negation(self) -> "Question":
         """The same evidence, asked the other way round: y' = 1 − y."""
+        from dataclasses import replace
         suffix = "~" if not self.negated else ""
         qid = self.qid[:-1] if self.negated else self.qid + suffix
-        return Question(qid, self.clues, 1 - self.y, not self.negated, self.text)
+        return replace(self, qid=qid, y=1 - self.y, negated=not self.negated)
 
 
 class SyntheticWorld:

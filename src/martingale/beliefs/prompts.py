@@ -1,0 +1,101 @@
+"""What a model is asked: the prompt set ``prompts.name`` (conf/prompts/<name>.yaml).
+
+``embedded``: the embedded model's own format (world/traces.py): ``Q c7 c12 ... ? think`` for a
+reasoned trace, ``… snap`` for a snap answer, ``… judge <trace cut at k steps> read P =`` for a read.
+``log`` (and any other set): the research log's English prompts, templates in config with
+``{question}``, ``{background}``, ``{resolution_criteria}``, ``{opt}`` (the option asked for) and,
+for the judge, ``{trace}`` (the reasoning so far, its stated probabilities hidden); rendered
+through the tokenizer's chat template where ``prompts.chat`` says so (a chat model). A same-mode read
+cuts the trace at the same fraction of its words as the embedded format cuts at k of n clues.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..world import traces as fmt
+from ..world.synthetic import Question
+
+EMBEDDED = "embedded"
+
+
+def is_embedded(prompts_cfg: dict[str, Any] | None) -> bool:
+    return (prompts_cfg or {}).get("name", EMBEDDED) == EMBEDDED
+
+
+def option(q: Question) -> str:
+    """The outcome a probability is asked for: the question's option ("Yes" when it names none);
+    for a negation, that it does NOT happen."""
+    opt = q.option or "Yes"
+    return f"NOT {opt}" if q.negated else opt
+
+
+def fields(q: Question) -> dict[str, str]:
+    return {"question": q.question or fmt.prompt(q), "background": q.text or "",
+            "resolution_criteria": q.criteria or "", "opt": option(q)}
+
+
+def cut_words(trace: str, fraction: float) -> str:
+    """The first ``fraction`` of a trace's words (at least one word where it has any)."""
+    words = trace.split()
+    n = max(1 if words else 0, int(round(fraction * len(words))))
+    return " ".join(words[:n])
+
+
+class Prompts:
+    """Renders the reasoned, snap and judge prompts of one prompt set for one tokenizer."""
+
+    def __init__(self, prompts_cfg: dict[str, Any] | None, tokenizer: Any = None):
+        self.cfg = prompts_cfg or {"name": EMBEDDED}
+        self.tokenizer = tokenizer
+        self.embedded = is_embedded(self.cfg)
+
+    def _render(self, template: str, values: dict[str, str]) -> str:
+        text = template.format(**values)
+        if not self.cfg.get("chat"):
+            return text
+        if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
+            raise ValueError(f"prompts.chat: the {self.cfg['name']} prompts ask for a chat template "
+                             "and this model's tokenizer has none (set prompts.chat=false)")
+        return self.tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                                  add_generation_prompt=True, tokenize=False)
+
+    # -- lengths, and the completion text as read (the embedded format's first word is in the prompt)
+    def trace_tokens(self, n_steps: int) -> int:
+        return 4 * n_steps + 6 if self.embedded else int(self.cfg["max_new_tokens"])
+
+    def snap_tokens(self) -> int:
+        return 4 if self.embedded else int(self.cfg["snap_max_tokens"])
+
+    def judge_tokens(self) -> int:
+        return 1 if self.embedded else int(self.cfg["judge_max_tokens"])
+
+    def reasoned_text(self, completion: str) -> str:
+        return "think " + completion if self.embedded else completion
+
+    def snap_text(self, completion: str) -> str:
+        return "snap " + completion if self.embedded else completion
+
+    def read_answer(self, answer: str) -> float | None:
+        """A judge's answer as a probability: the embedded judge continues ``read P =``; a
+        template judge was told to output only a number."""
+        from .parse import parse_p
+        return parse_p("P = " + answer.strip()) if self.embedded else parse_p(answer, bare=True)
+
+    # -- prompts
+    def reasoned(self, q: Question) -> str:
+        if self.embedded:
+            return fmt.prompt(q) + " think"
+        return self._render(self.cfg["reasoned"], fields(q))
+
+    def snap(self, q: Question) -> str:
+        if self.embedded:
+            return fmt.prompt(q) + " snap"
+        return self._render(self.cfg["snap"], fields(q))
+
+    def judge(self, q: Question, trace: str, k: int, n_steps: int) -> str | None:
+        """What a judge is shown to read the belief after step k of n (None: the trace cannot be
+        cut there). Every probability the trace states is hidden from a template judge."""
+        if self.embedded:
+            return fmt.read_query(q, trace, k)
+        from .api_judge import blind
+        return self._render(self.cfg["judge"], {**fields(q), "trace": blind(cut_words(trace, k / max(1, n_steps)))})
