@@ -3,8 +3,10 @@
 #   1. .venv-vllm with the CUDA build of vLLM (scripts/install_vllm.sh picks `vllm` when nvidia-smi
 #      works); a CPU build left there from another machine is refused, not used;
 #   2. the main venv (`make install`, a no-op when it is up to date);
-#   3. tests/test_vllm.py against a real server (a skipped test counts as a failure here);
-#   4. bench/backend_throughput.py in bfloat16 (HF on the GPU beside the vLLM server).
+#   3. tests/test_placement.py: models, distill and training placed on the GPU in bfloat16 (its
+#      GPU tests must run, not skip);
+#   4. tests/test_vllm.py against a real server (a skipped test counts as a failure here);
+#   5. bench/backend_throughput.py in bfloat16 (HF on the GPU beside the vLLM server).
 # Needs network for the two installs. Exits non-zero at the first failure; the last line says
 # which step failed, or that all passed. Usage: bash scripts/gpu_check.sh [--prompts N] [--rounds R]
 set -euo pipefail
@@ -18,7 +20,7 @@ mkdir -p "$LOG_DIR"
 finish() {
   local rc=$?
   if [ "$rc" -eq 0 ]; then
-    echo "gpu_check: PASSED: vLLM env (CUDA), tests/test_vllm.py, bench/backend_throughput.py (logs in $LOG_DIR)"
+    echo "gpu_check: PASSED: vLLM env (CUDA), tests/test_placement.py, tests/test_vllm.py, bench/backend_throughput.py (logs in $LOG_DIR)"
   else
     echo "gpu_check: FAILED (exit $rc) at step: $STEP (logs in $LOG_DIR)" >&2
   fi
@@ -43,6 +45,19 @@ fi
 STEP="main venv (make install)"
 make install
 PY=.venv/bin/python
+
+STEP="pytest tests/test_placement.py"
+set +e
+"$PY" -m pytest -q -rs tests/test_placement.py 2>&1 | tee "$LOG_DIR/test_placement.log"
+rc=${PIPESTATUS[0]}
+set -e
+if [ "$rc" -ne 0 ]; then
+  exit "$rc"
+fi
+if grep -q 'needs a CUDA device' "$LOG_DIR/test_placement.log"; then
+  echo "gpu_check: tests/test_placement.py skipped its GPU tests: torch sees no CUDA device" >&2
+  exit 1
+fi
 
 STEP="pytest tests/test_vllm.py"
 set +e
