@@ -330,7 +330,9 @@ def test_base_asked_from_its_exported_questions_file_measures_exactly_what_base_
     assert final["n_paired"] == 48
     lo, hi = final["brier"]["ci"]
     assert lo <= 0 <= hi
-    rows = {r: [json.loads(x) for x in (root / f"results/{r}/records.jsonl").read_text().splitlines()]
-            for r in ("base", "base-jsonl")}
+    from martingale.plan import Plan, stage_dir
+    plan = Plan.load(root)
+    rows = {r: [json.loads(x) for x in (root / stage_dir(plan.run_stages(r)[0].eval_stage) / "records.jsonl")
+                .read_text().splitlines()] for r in ("base", "base-jsonl")}
     assert [(x["qid"], x["stated"], x["prior"]) for x in rows["base"]] == \
         [(x["qid"], x["stated"], x["prior"]) for x in rows["base-jsonl"]]

@@ -286,8 +286,10 @@ def verify(run: Optional[str] = typer.Argument(None, help="Run-id: its stages (d
 
 
 @app.command()
-def plan(runs: Optional[List[str]] = typer.Argument(None, help="Run-ids (default: every valid run).")) -> None:
-    """Stages with their ids; distinct stages vs the naive per-run chain sum."""
+def plan(runs: Optional[List[str]] = typer.Argument(None, help="Run-ids (default: every valid run)."),
+         cost: bool = typer.Option(False, "--cost", help="What building these runs would run (new vs reused "
+                                   "from the store) and its estimated stage-hours, CPU- and GPU-hours.")) -> None:
+    """Stages with their ids; distinct stages vs the naive per-run chain sum. --cost: the build's estimate."""
     from .plan import Plan
 
     try:
@@ -298,6 +300,9 @@ def plan(runs: Optional[List[str]] = typer.Argument(None, help="Run-ids (default
     ids = list(runs) if runs else p.active_run_ids()
     for r in ids:
         _need(p.tree, r)
+    if cost:
+        _plan_cost(p, ids)
+        return
     users: dict[str, list[str]] = {}
     for r in ids:
         for sid in p.run_chain(r):
@@ -313,6 +318,55 @@ def plan(runs: Optional[List[str]] = typer.Argument(None, help="Run-ids (default
     out.print(table)
     out.print(f"{len(ids)} runs: {len(p.stages_for(ids))} distinct stages "
               f"(naive per-run chains: {p.naive_count(ids)})", markup=False)
+
+
+def _plan_cost(p, ids: list[str]) -> None:
+    """`plan --cost`: the stages `snakemake results/<run>/eval.json` needs for these runs (each run's
+    chain and its parent's), new or reused, with estimated hours (martingale.cost); the budget."""
+    from . import cost
+
+    est = cost.estimate(p, cost.build_stages(p, ids), STATE.root)
+    h = cost.hours
+    stages = Table(title="stages a build would run")
+    stages.add_column("stage", no_wrap=True)
+    stages.add_column("model")
+    stages.add_column("state")
+    for col in ("wall min", "cpu-h", "gpu-h"):
+        stages.add_column(col, justify="right")
+    for s in est.stages:
+        stages.add_row(s.sid, s.model, "new" if s.new else "reused", f"{s.hours * 60:.1f}" if s.new else "-",
+                       h(s.cpu_hours) if s.new else "-", h(s.gpu_hours) if s.new else "-")
+    out.print(stages)
+    kinds = Table(title="by stage kind: hours of the new stages")
+    kinds.add_column("kind", no_wrap=True)
+    kinds.add_column("model")
+    for col in ("new", "reused", "wall-h", "cpu-h", "gpu-h"):
+        kinds.add_column(col, justify="right")
+    kinds.add_column("basis", no_wrap=True)
+    groups = est.groups()
+    for i, g in enumerate(groups):
+        kinds.add_row(g.kind, g.model, str(g.new), str(g.reused), h(g.stage_hours), h(g.cpu_hours), h(g.gpu_hours),
+                      g.basis, end_section=i == len(groups) - 1)
+    kinds.add_row("total", "", str(len(est.new)), str(len(est.reused)), h(est.stage_hours), h(est.cpu_hours),
+                  h(est.gpu_hours), "")
+    out.print(kinds)
+    out.print(f"{len(ids)} run{'s' * (len(ids) != 1)}: {len(est.stages)} stages, {len(est.new)} new, "
+              f"{len(est.reused)} reused from the store; ~{h(est.stage_hours)} stage-hours, "
+              f"~{h(est.cpu_hours)} CPU-hours, ~{h(est.gpu_hours)} GPU-hours", markup=False)
+    out.print("wall-h: stage-hours, the sum of the new stages' wall times (stages that run side by side overlap: "
+              "the build itself takes less); cpu-h = wall x cpus, gpu-h = wall x gpus (model resources). basis: "
+              "history = median wall time of finished stages of that kind and model (their Snakemake "
+              "benchmarks, logs/<kind>/<id>.benchmark.tsv); runtime_min limit = none recorded yet, "
+              "the model's resources.runtime_min, the scheduler's limit: an upper bound.", markup=False)
+    budget = cost.base_budget(p)
+    caps = ", ".join(f"{key} {budget.get(key)}" for key, _ in cost.BUDGET_KEYS if budget.get(key) is not None)
+    message = cost.over_budget(est, budget)
+    if not caps:
+        out.print("budget: none set (budget.gpu_hours / budget.cpu_hours in conf/config.yaml)", markup=False)
+    elif message is None:
+        out.print(f"budget: {caps}: within it", markup=False)
+    else:
+        out.print(f"snakemake would refuse this build: {message}", markup=False)
 
 
 questions_app = typer.Typer(help="Resolved binary forecasting questions in a JSONL file (world=jsonl).",

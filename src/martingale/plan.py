@@ -267,9 +267,17 @@ class Plan:
         return index
 
 
+NOT_RUN_IDENTITY = ("budget",)   # what a build may cost, not what a run is: never makes a run stale
+
+
+def run_identity(cfg: dict) -> dict:
+    """A resolved config without the keys that say nothing about the run (NOT_RUN_IDENTITY)."""
+    return {k: v for k, v in cfg.items() if k not in NOT_RUN_IDENTITY}
+
+
 def config_hash(cfg: dict) -> str:
-    """``sha256:<hex>`` of a resolved config (sha256_json): equal configs, equal hashes."""
-    return "sha256:" + sha256_json(cfg)
+    """``sha256:<hex>`` of a resolved config's run identity (sha256_json): equal configs, equal hashes."""
+    return "sha256:" + sha256_json(run_identity(cfg))
 
 
 def conf_hash(conf_dir: Path | str) -> str:

@@ -1,12 +1,15 @@
 # A run's own folder: its resolved config, lineage, per-stage evals gathered into eval.json with
 # the knob's paired effect against the parent's evals, and the run's figures (also in the report);
-# then the master runs table, regenerated from the run files and the results.
+# then the master runs table, regenerated from the run files and the results. Building a run also
+# aggregates each ancestor whose evals (and its parent's) this build makes or the store holds.
 
 
 rule aggregate:
     input:
         evals=run_eval_dirs,
         parent_evals=parent_eval_dirs,
+        # built ancestors aggregated too (common.ancestor_results): never a stage beyond this build's
+        ancestors=ancestor_results,
     output:
         evals="results/{run}/eval.json",
         config="results/{run}/config.yaml",

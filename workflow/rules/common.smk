@@ -3,9 +3,10 @@
 import sys
 from pathlib import Path
 
+from martingale import cost
 from martingale.config.runs import RUN_ID_PATTERN, RunError
 from martingale.manifest import MANIFEST
-from martingale.plan import ID_PATTERN, STORE, Plan, stage_dir
+from martingale.plan import ID_PATTERN, STORE, Plan, run_identity, stage_dir
 from martingale.stages import kinds
 
 ROOT = Path(workflow.basedir)
@@ -16,6 +17,7 @@ try:
 except RunError as e:
     sys.exit(f"martingale: {e}")
 STAGE_KINDS = kinds()
+BENCHMARK = cost.BENCHMARK   # a stage job's benchmark: logs/<kind>/<id>.benchmark.tsv
 
 
 def sid_pattern(kind):
@@ -96,8 +98,26 @@ def parent_eval_dirs(wildcards):
     return [stage_output(e["eval_stage"]) for e in parent_evals(wildcards)]
 
 
+_BUILT = {}
+
+
+def built_now(sid):
+    """The stage's folder has its manifest (looked up once per parse: the DAG sees one store)."""
+    if sid not in _BUILT:
+        _BUILT[sid] = cost.is_built(ROOT, sid)
+    return _BUILT[sid]
+
+
+def ancestor_results(wildcards):
+    """The eval.json of each ancestor this build can aggregate for free (cost.ancestors_to_aggregate:
+    its evals and its parent's are in this build or already built), so building a child leaves no
+    built ancestor `queued`. ancient(): a newer ancestor result does not make the run's own stale."""
+    return [ancient(f"results/{a}/eval.json") for a in cost.ancestors_to_aggregate(PLAN, wildcards.run, built_now)]
+
+
 def run_config(wildcards):
-    return PLAN.resolved_config(wildcards.run)
+    """The run's resolved config (its config.yaml), without the build's budget (plan.run_identity)."""
+    return run_identity(PLAN.resolved_config(wildcards.run))
 
 
 def run_lineage(wildcards):
@@ -139,12 +159,32 @@ def table_inputs(wildcards):
     """Run files, the results that exist and the results this invocation builds: `snakemake all`
     (or `results/a/eval.json runs.json`) regenerates the table after every aggregate it runs, while
     `snakemake runs.json` alone regenerates it from what exists (unbuilt runs say queued). A
-    vanished result changes this input set, so the table step reruns and fails with its advice."""
+    vanished result changes this input set, so the table step reruns and fails with its advice.
+    The ancestors a requested run aggregates (ancestor_results) count as built by this invocation."""
     building = requested_runs()
+    building |= {a for run in building for a in cost.ancestors_to_aggregate(PLAN, run, built_now)}
     evals = [f"results/{run}/eval.json" for run in sorted(PLAN.tree.specs)
              if run in building or (ROOT / f"results/{run}/eval.json").exists()]
     return run_files(wildcards) + evals
 
 
+def check_budget():
+    """Before any job runs: estimate the stage jobs Snakemake is about to run (martingale.cost) and
+    stop in one line if that exceeds budget.gpu_hours or budget.cpu_hours of conf/config.yaml,
+    unless --config allow_over_budget=1. Runs in onstart: after the DAG is built, never in a dry run
+    (-n), --touch or --no-hooks; `martingale plan --cost` previews the same estimate."""
+    budget = cost.base_budget(PLAN)
+    if workflow.touch or all(budget.get(key) is None for key, _ in cost.BUDGET_KEYS):
+        return
+    sids = [job.wildcards.sid for job in workflow.dag.needrun_jobs() if job.rule.name in STAGE_KINDS]
+    message = cost.over_budget(cost.estimate(PLAN, sids, ROOT, new=lambda sid: True), budget)
+    if message is None:
+        return
+    if not cost.overridden(config):
+        sys.exit(message)
+    print(cost.going_ahead(message), file=sys.stderr)
+
+
 onstart:
+    check_budget()
     PLAN.write_index(Path(STORE) / "index.json")

@@ -2,7 +2,9 @@
 # upstream stages by role in, its content-addressed folder results/_store/<kind>/<id> out, its
 # config slice as a param (editing a knob reruns what it affects), its model's resources. A stage's
 # output is its MANIFEST.json (sha256 of every file, written last, inside the folder's one atomic
-# rename): a folder without one is not a finished stage, for Snakemake as for us.
+# rename): a folder without one is not a finished stage, for Snakemake as for us. Its benchmark
+# (logs/<kind>/<id>.benchmark.tsv, the job's wall seconds) is what `martingale plan --cost` and the
+# budget check estimate new stages from (martingale.cost).
 
 
 for kind in STAGE_KINDS.values():
@@ -18,6 +20,8 @@ for kind in STAGE_KINDS.values():
             cfg=stage_cfg,
         log:
             f"logs/{kind.name}/{{sid}}.log",
+        benchmark:
+            BENCHMARK.format(kind=kind.name, sid="{sid}")
         wildcard_constraints:
             sid=sid_pattern(kind.name),
         threads: stage_threads

@@ -1,0 +1,75 @@
+"""Building a run also aggregates each ancestor whose aggregate needs nothing beyond that build or
+the store (martingale.cost.ancestors_to_aggregate): its evals and its parent's, and everything
+upstream of them. An ancestor that would need another stage stays as it is: a child's build never
+trains or evaluates for an ancestor.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from martingale.cost import ancestors_to_aggregate, build_stages, upstream
+from martingale.plan import Plan
+
+from projcopy import FIXTURE, make_project
+
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+
+# Tiny scale (as tests/test_cost.py): the stages run for real, briefly; parse failures are allowed.
+TINY = """
+# --- tiny scale (tests/test_ancestors.py) ---
+world: {n_train: 24, n_heldout: 24, clues_per_question: 4}
+model: {hidden_size: 48, num_layers: 2, num_heads: 2, intermediate_size: 96}
+pretrain: {steps: 20, batch_size: 8, warmup: 5}
+eval: {n_bootstrap: 20, min_parse_rate: 0}
+"""
+
+
+@pytest.fixture(scope="module")
+def plan() -> Plan:
+    return Plan.load(FIXTURE)
+
+
+def test_ancestors_whose_evals_this_build_makes_are_aggregated(plan):
+    # twostage-v2-base (start=base) pairs with twostage-v2-D-snap, whose chain holds its parent's
+    # evals: both intermediates come for free; D-snap's aggregate would need D's evals (not built).
+    assert ancestors_to_aggregate(plan, "twostage-v2-base", lambda sid: False) == \
+        ["twostage-v2-D-snap", "twostage-v2-D-snap-s1"]
+
+
+def test_an_ancestor_needing_another_stage_is_not_aggregated_until_that_stage_is_built(plan):
+    # filter-twostage pairs with filter-twostage-s2a, whose s2 (A, unfiltered) filter-s2only never
+    # trains: building filter-s2only leaves it out ...
+    assert ancestors_to_aggregate(plan, "filter-s2only", lambda sid: False) == []
+    missing = upstream(plan, [r.eval_stage for r in plan.run_stages("filter-twostage-s2a")]) \
+        - set(build_stages(plan, ["filter-s2only"]))
+    assert {plan.stages[s].kind for s in missing} == {"train", "evaluate"}
+    # ... until the store holds those stages (built by another run's build)
+    assert "filter-twostage" in ancestors_to_aggregate(plan, "filter-s2only", lambda sid: sid in missing)
+
+
+def test_invalid_ancestors_are_not_aggregated(tmp_path):
+    root = make_project(tmp_path / "proj")
+    path = root / "conf/runs/twostage-v2-D-snap.yaml"
+    path.write_text(path.read_text() + 'invalid: "a bug"\n')
+    assert ancestors_to_aggregate(Plan.load(root), "twostage-v2-base", lambda sid: False) == ["twostage-v2-D-snap-s1"]
+
+
+@pytest.mark.slow
+def test_building_a_child_writes_its_parents_results_and_the_table_shows_both_done(tmp_path):
+    # A child whose knob changes no stage (wandb.project is in no stage's slice): its build runs
+    # base's pretrain and eval, and aggregates base as well as the child.
+    root = make_project(tmp_path / "proj", config=TINY,
+                        runs={"base-renamed.yaml": "parent: base\nknob: wandb.project=martingale-renamed\n"})
+    res = subprocess.run([SNAKEMAKE, "--cores", "2", "results/base-renamed/eval.json"], cwd=root,
+                         capture_output=True, text=True, env={**os.environ, "WANDB_MODE": "disabled"})
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert (root / "results/base/eval.json").is_file() and (root / "results/base-renamed/eval.json").is_file()
+    from martingale.table import build_table
+    states = {r["run_id"]: r["state"] for r in build_table(root)}
+    assert states["base"] == "done" and states["base-renamed"] == "done"
+    assert states["D"] == "queued"   # not an ancestor: untouched
