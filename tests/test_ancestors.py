@@ -6,6 +6,7 @@ trains or evaluates for an ancestor.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -73,3 +74,13 @@ def test_building_a_child_writes_its_parents_results_and_the_table_shows_both_do
     states = {r["run_id"]: r["state"] for r in build_table(root)}
     assert states["base"] == "done" and states["base-renamed"] == "done"
     assert states["D"] == "queued"   # not an ancestor: untouched
+    # An edit that reruns base's aggregate (its config changed) must not hide a new child's own jobs.
+    with open(root / "conf/config.yaml", "a", encoding="utf-8") as f:
+        f.write("judge: {max_tokens: 3}\n")
+    (root / "conf/runs/base-trace.yaml").write_text("parent: base\nknob: elicit.judge=trace\n")
+    res = subprocess.run([SNAKEMAKE, "-n", "--cores", "2", "results/base-trace/eval.json"], cwd=root,
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = res.stdout + res.stderr
+    assert "wildcards: run=base-trace" in out and "wildcards: run=base\n" in out
+    assert re.search(r"^evaluate\s+1$", out, re.M), out[-2000:]

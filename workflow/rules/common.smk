@@ -111,8 +111,10 @@ def built_now(sid):
 def ancestor_results(wildcards):
     """The eval.json of each ancestor this build can aggregate for free (cost.ancestors_to_aggregate:
     its evals and its parent's are in this build or already built), so building a child leaves no
-    built ancestor `queued`. ancient(): a newer ancestor result does not make the run's own stale."""
-    return [ancient(f"results/{a}/eval.json") for a in cost.ancestors_to_aggregate(PLAN, wildcards.run, built_now)]
+    built ancestor `queued`. Not ancient(): Snakemake 9.27 then drops the requested run's own jobs
+    from the DAG whenever the ancestor's aggregate must rerun (a rerun ancestor reruns the child's
+    aggregate, seconds, instead)."""
+    return [f"results/{a}/eval.json" for a in cost.ancestors_to_aggregate(PLAN, wildcards.run, built_now)]
 
 
 def run_config(wildcards):
