@@ -27,6 +27,18 @@ finish() {
 }
 trap finish EXIT
 
+# logged LOG CMD...: run CMD, its output to the terminal and to $LOG_DIR/LOG; exit with its status.
+logged() {
+  local log="$1"; shift
+  set +e
+  "$@" 2>&1 | tee "$LOG_DIR/$log"
+  local rc=${PIPESTATUS[0]}
+  set -e
+  if [ "$rc" -ne 0 ]; then
+    exit "$rc"
+  fi
+}
+
 STEP="nvidia-smi"
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L; then
   echo "gpu_check: no working nvidia-smi: this script is for a CUDA machine" >&2
@@ -47,37 +59,19 @@ make install
 PY=.venv/bin/python
 
 STEP="pytest tests/test_placement.py"
-set +e
-"$PY" -m pytest -q -rs tests/test_placement.py 2>&1 | tee "$LOG_DIR/test_placement.log"
-rc=${PIPESTATUS[0]}
-set -e
-if [ "$rc" -ne 0 ]; then
-  exit "$rc"
-fi
+logged test_placement.log "$PY" -m pytest -q -rs tests/test_placement.py
 if grep -q 'needs a CUDA device' "$LOG_DIR/test_placement.log"; then
   echo "gpu_check: tests/test_placement.py skipped its GPU tests: torch sees no CUDA device" >&2
   exit 1
 fi
 
 STEP="pytest tests/test_vllm.py"
-set +e
-"$PY" -m pytest -q -rs tests/test_vllm.py 2>&1 | tee "$LOG_DIR/test_vllm.log"
-rc=${PIPESTATUS[0]}
-set -e
-if [ "$rc" -ne 0 ]; then
-  exit "$rc"
-fi
+logged test_vllm.log "$PY" -m pytest -q -rs tests/test_vllm.py
 if grep -qE '[0-9]+ skipped' "$LOG_DIR/test_vllm.log"; then
   echo "gpu_check: tests/test_vllm.py skipped tests (see above): the guards did not run" >&2
   exit 1
 fi
 
 STEP="bench/backend_throughput.py --dtype bfloat16"
-set +e
-"$PY" bench/backend_throughput.py --dtype bfloat16 ${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"} 2>&1 | tee "$LOG_DIR/backend_throughput.log"
-rc=${PIPESTATUS[0]}
-set -e
-if [ "$rc" -ne 0 ]; then
-  exit "$rc"
-fi
+logged backend_throughput.log "$PY" bench/backend_throughput.py --dtype bfloat16 ${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"}
 STEP="done"

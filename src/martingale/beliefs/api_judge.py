@@ -53,8 +53,8 @@ class ApiJudge:
         self._lock = threading.Lock()
         key = os.environ.get(str(judge_cfg["api_key_env"] or ""), "")
         self.http = requests.Session()
-        self.http.mount("http://", requests.adapters.HTTPAdapter(pool_maxsize=max(10, int(judge_cfg["concurrency"]))))
-        self.http.mount("https://", requests.adapters.HTTPAdapter(pool_maxsize=max(10, int(judge_cfg["concurrency"]))))
+        for scheme in ("http://", "https://"):   # a connection per request in flight
+            self.http.mount(scheme, requests.adapters.HTTPAdapter(pool_maxsize=max(10, int(judge_cfg["concurrency"]))))
         if key:
             self.http.headers["Authorization"] = f"Bearer {key}"
 

@@ -14,10 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .questions import ForecastQuestion, QuestionsError, load_questions, splits
+from .questions import ForecastQuestion, QuestionsError, load_questions, marked_splits, splits
 from .synthetic import Question, SyntheticWorld
-
-SPLITS = ("train", "heldout")
 
 
 def as_question(fq: ForecastQuestion) -> Question:
@@ -72,10 +70,9 @@ class JsonlWorld(SyntheticWorld):
 
     def splits(self) -> tuple[list[Question], list[Question]]:
         n_train, n_heldout = int(self.cfg["n_train"]), int(self.cfg["n_heldout"])
-        marked = [fq.extra.get("split") for fq in self.questions]
-        if all(m in SPLITS for m in marked):
-            train = [fq for fq in self.questions if fq.extra["split"] == "train"][:n_train]
-            heldout = [fq for fq in self.questions if fq.extra["split"] == "heldout"][:n_heldout]
+        marked = marked_splits(self.questions)
+        if marked is not None:
+            train, heldout = marked["train"][:n_train], marked["heldout"][:n_heldout]
             if len(train) < n_train or len(heldout) < n_heldout:
                 raise ValueError(f"world.n_train/world.n_heldout: {self.path} marks {len(train)} train and "
                                  f"{len(heldout)} held-out questions, fewer than {n_train}/{n_heldout}")

@@ -35,6 +35,7 @@ DATE_FIELDS = ("open_date", "close_date", "resolve_date")
 KNOWN_FIELDS = REQUIRED + TEXT_FIELDS + DATE_FIELDS
 NEGATION_SUFFIX = "~"
 SPLIT_STREAM = 11   # the rng stream of splits: default_rng([seed, SPLIT_STREAM])
+MARKED_SPLITS = ("train", "heldout")   # the values of a line's ``split`` field
 
 
 class QuestionsError(ValueError):
@@ -282,6 +283,14 @@ def with_negations(questions: Iterable[ForecastQuestion]) -> list[ForecastQuesti
     return [x for q in questions for x in (q, q.negation())]
 
 
+def marked_splits(questions: Sequence[ForecastQuestion]) -> dict[str, list[ForecastQuestion]] | None:
+    """The questions each line's ``split`` field puts in "train" and "heldout" (as an export
+    writes them), in file order; None unless every line has one."""
+    if not all(q.extra.get("split") in MARKED_SPLITS for q in questions):
+        return None
+    return {s: [q for q in questions if q.extra["split"] == s] for s in MARKED_SPLITS}
+
+
 def config_problem(world_cfg: dict[str, Any]) -> str | None:
     """Why ``world.questions_file`` cannot serve this world config (the first problem, with a count
     of the rest), or None: schema.RELATIONS checks it when a run is composed, before any job. A
@@ -292,9 +301,9 @@ def config_problem(world_cfg: dict[str, Any]) -> str | None:
         more = f" (and {len(e.problems) - 1} more: `martingale questions check FILE` lists them)" \
             if len(e.problems) > 1 else ""
         return e.problems[0] + more
-    marked = [q.extra.get("split") for q in questions]
-    if all(m in ("train", "heldout") for m in marked):
-        have = {s: marked.count(s) for s in ("train", "heldout")}
+    marked = marked_splits(questions)
+    if marked is not None:
+        have = {s: len(qs) for s, qs in marked.items()}
         want = {"train": int(world_cfg["n_train"]), "heldout": int(world_cfg["n_heldout"])}
     else:
         have = {"all": len(questions)}
