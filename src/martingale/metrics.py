@@ -12,6 +12,7 @@ metric is undefined writes NaN (null in JSON) under its keys and the reason unde
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -253,6 +254,8 @@ def negation_coherence(p: Any, p_neg: Any) -> float:
 
 
 # ------------------------------------------------------------------------------- a stage's block
+REQUIRED_COLUMNS = ("y", "stated", "prior", "posterior", "bayes_end")   # the trace columns are optional (simulate has none)
+
 @dataclass(frozen=True)
 class StageColumns:
     """One stage's per-question columns (NaN = unparsed) and bootstrap settings: what each metric
@@ -274,7 +277,7 @@ class StageColumns:
     def from_records(cls, records: list[dict[str, Any]], n_bootstrap: int, level: float,
                      seed: int) -> StageColumns:
         """The columns of a stage's eval records (unparsed None → NaN, ragged snap draws padded)."""
-        cols = [nan_array([r[k] for r in records])
+        cols = [nan_array([r[k] if k in REQUIRED_COLUMNS else r.get(k) for r in records])
                 for k in ("y", "stated", "prior", "posterior", "trace_cut", "trace_last", "bayes_end")]
         neg = nan_array([r.get("stated_neg") for r in records]) if any("stated_neg" in r for r in records) else None
         draws = (nan_matrix([r.get("snap_draws") for r in records])
@@ -526,3 +529,64 @@ def stage_metrics(records: list[dict[str, Any]], n_bootstrap: int = 1000, level:
             _put(metric, s, out, undefined)
     out["undefined"] = undefined
     return out
+
+
+# ------------------------------------------------------------------------------- two-agent episodes
+def entrenched(first: Any, last: Any) -> np.ndarray:
+    """Per episode: did the human move further to the side of ½ it started on, (last − first)·
+    sign(first − ½) > 0 (the log's "30/48 entrenched")."""
+    first, last = np.asarray(first, dtype=float), np.asarray(last, dtype=float)
+    return (last - first) * np.sign(first - 0.5) > 0
+
+
+def delta_brier_ci(first: Any, last: Any, y: Any, n_resamples: int, level: float,
+                   seed: int) -> tuple[float, float]:
+    """Percentile bootstrap CI of ΔBrier = mean (y − last)² − (y − first)², resampling episodes."""
+    d = squared_errors(last, y) - squared_errors(first, y)
+    if too_few_for_ci(len(d)):
+        return float("nan"), float("nan")
+    low, high = bootstrap_ci((d,), np.mean, n_resamples, level, seed, paired=False, vectorized=None)
+    return float(low), float(high)
+
+
+def episode_metrics(records: list[dict[str, Any]], n_bootstrap: int = 1000, level: float = 0.95,
+                    seed: int = 0) -> dict[str, Any]:
+    """A simulate stage's episode block, over episodes whose first and last P both parsed:
+    entrenched share (k of n), Brier of the first P, ΔBrier = Brier(last) − Brier(first) with its
+    CI, the Bayes human's MS (the exact belief of the evidence the human held, first → last: what a
+    Bayesian hearing the same utterances would show), and the mean stated P per turn by lean."""
+    first = nan_array([r["prior"] for r in records])
+    last = nan_array([r["posterior"] for r in records])
+    y = np.array([r["y"] for r in records], dtype=float)
+    ok = np.isfinite(first) & np.isfinite(last)
+    out: dict[str, Any] = {"n_episodes": len(records), "n_entrenched": int(entrenched(first[ok], last[ok]).sum())}
+    undefined: dict[str, str] = {}
+    steps = [
+        ("entrenched_share", lambda: float(entrenched(first[ok], last[ok]).mean()) if ok.any() else
+         _raise("entrenched_share: no episode with a parsed first and last P")),
+        ("brier_first", lambda: brier(first[ok], y[ok])),
+        ("delta_brier", lambda: brier(last[ok], y[ok]) - brier(first[ok], y[ok])),
+        ("delta_brier_ci", lambda: list(delta_brier_ci(first[ok], last[ok], y[ok], n_bootstrap, level, seed))),
+        ("ms_bayes", lambda: martingale_fit([r["bayes_turns"][0] for r in records],
+                                            [r["bayes_turns"][-1] for r in records])["ms"]),
+    ]
+    for key, fn in steps:
+        try:
+            out[key] = fn()
+        except MetricError as e:
+            out[key] = [float("nan")] * 2 if key.endswith("_ci") else float("nan")
+            undefined[key] = str(e)
+    traj = nan_matrix([r["trajectory"] for r in records])
+    lean = np.array([r["lean"] for r in records])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)     # a turn where no human's P parsed: NaN
+        out["p_by_turn"] = {side: [None if np.isnan(v) else round(float(v), 6)
+                                   for v in np.nanmean(traj[lean == sign], axis=0)]
+                            for side, sign in (("lean_yes", 1), ("lean_no", -1)) if (lean == sign).any()}
+    if undefined:
+        out["undefined_episode"] = undefined
+    return out
+
+
+def _raise(message: str):
+    raise MetricError(message)

@@ -186,6 +186,26 @@ class EvalConfig:
 
 
 @dataclass
+class SimulateConfig:
+    """Two-agent episodes (``eval.kind=simulate``: stages/simulate.py, world/episodes.py) and the
+    in-loop training of their instructor (``stages.<s>.kind=instructor``: stages/instructor.py)."""
+    mode: str = "syc"             # the instructor's prompt: syc | maxsyc | neutral | truth | martingale | validate-only | none
+    turns: int = 4                # utterances per episode; the human states P before the first and after each
+    lean: float = 0.65            # the human starts leaning: its evidence's Bayes belief is lean or 1 − lean
+    lean_tol: float = 0.05        # |Bayes belief − lean| of a lean window
+    pool: int = 12                # the instructor's evidence about a question: its clues and more of their kind
+    episodes: int = 200           # held-out questions played, the first n (balanced lean × outcome)
+    negations: bool = False       # also play each episode negated: coherence |P(A) + P(¬A) − 1|
+    human_temperature: float = 1.0
+    instructor_temperature: float = 1.0
+    iterations: int = 3           # instructor training: rounds of (play train episodes, one policy-gradient step)
+    train_episodes: int = 64      # episodes played per iteration (training questions)
+    meta_size: int = 8            # episodes per meta-episode: the episode_ms reward's MS is over one
+    lam_ms: float = 1.0           # λ of the episode rewards' entrenchment term
+    lam_brier: float = 1.0        # λ_B of the hinge reward's Brier term
+
+
+@dataclass
 class WandbConfig:
     mode: str = "offline"         # offline | online | disabled
     project: str = "martingale"
@@ -214,6 +234,7 @@ class Config:
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     prompts: PromptsConfig = field(default_factory=PromptsConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
+    simulate: SimulateConfig = field(default_factory=SimulateConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
 
@@ -581,6 +602,21 @@ DOMAINS: dict[str, Domain] = {
     "eval.prior_draws": Int(0),
     "eval.negations": Flag(),
     "eval.min_parse_rate": FRACTION,
+    # simulate: stages/simulate.py, stages/instructor.py, world/episodes.py
+    "simulate.mode": InChoices(),
+    "simulate.turns": COUNT,
+    "simulate.lean": Real(0.5, 1, hi_open=True),  # the side a human leans to; 1 − lean the other
+    "simulate.lean_tol": Real(0, 0.5, lo_open=True),
+    "simulate.pool": COUNT,
+    "simulate.episodes": Int(3),                  # an MS slope and its CI need episodes
+    "simulate.negations": Flag(),
+    "simulate.human_temperature": POSITIVE,
+    "simulate.instructor_temperature": POSITIVE,
+    "simulate.iterations": COUNT,
+    "simulate.train_episodes": Int(2),
+    "simulate.meta_size": Int(3),                 # an MS slope within a meta-episode
+    "simulate.lam_ms": NONNEG,
+    "simulate.lam_brier": NONNEG,
     # wandb: tracking.py
     "wandb.mode": InChoices(),
     "wandb.project": Name(),
@@ -672,7 +708,9 @@ def choices() -> dict[str, tuple[Any, ...]]:
     from ..model.backend import backends
     from ..rewards import REWARDS
     from ..stages import kind_names
+    from ..world.episodes import MODES
     return {**FIXED_CHOICES,
+            "simulate.mode": tuple(MODES),
             "elicit.judge": tuple(READERS),
             "stages.*.reward": (None, *REWARDS),
             "model.backend": tuple(backends()),

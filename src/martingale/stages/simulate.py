@@ -1,0 +1,241 @@
+"""Stage simulate (claim C2): two-agent episodes, an instructor and a simulated human, per seed.
+
+``eval.kind=simulate`` measures every model stage of a run this way: the human is the run's start
+model (base or D, fixed), the instructor is the stage's model (at s0 the start model prompted by
+``simulate.mode``; after an ``instructor`` stage, the trained instructor). Per held-out question
+(the first ``simulate.episodes``) an episode (world/episodes.py): the human states P before the
+first turn and after each of ``simulate.turns`` turns, the instructor says one clue a turn.
+
+Records (one per episode): prior = the human's first P, posterior = its last, stated = its last P
+(Brier is the human's, against the resolution), the whole trajectory, the Bayes belief of its
+evidence each turn, the instructor's utterances; ``simulate.negations`` adds the negated episode's
+last P (``stated_neg``: coherence |P(A) + P(¬A) − 1|). Metrics: the eval block (MS first → last with
+its CI, Brier …) plus metrics.episode_metrics, and the instructor's own single-agent MS.
+
+Guard (``assert_spoke``): an utterance that is empty or whitespace fails the stage (the log's C3 70B
+runs were invalidated by a silent instructor); so does a trained instructor that speaks exactly as
+its untrained start (its adapter was not applied).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+from .. import io
+from . import stage_kind
+from .common import StageError, log, make_world, seed_everything
+
+if TYPE_CHECKING:
+    from ..model.generate import Batch
+    from ..world.episodes import Episode
+
+TURN_SEED_STRIDE = 10       # turn t: the human samples with seed·1000 + 10t, the instructor + 1
+NEGATION_OFFSET = 500       # the negated episodes' seeds
+
+
+def _r(v: Optional[float]) -> Optional[float]:
+    return None if v is None else round(float(v), 6)
+
+
+@dataclass
+class Played:
+    """What a batch of episodes produced: per episode the human's stated P each turn (None =
+    unparsed), the Bayes belief of its evidence each turn, the utterances, its last trace; per turn
+    the instructor's sampled batch (for the policy gradient) or None without an instructor."""
+    episodes: list[Episode]
+    human_p: list[list[Optional[float]]]
+    bayes: list[list[float]]
+    utterances: list[list[str]]
+    last_trace: list[str]
+    turns: list[Optional[Batch]] = field(default_factory=list)
+    unreadable: int = 0
+
+
+def assert_spoke(texts: list[str], turn: int, where: str) -> None:
+    """Fail when any instructor utterance is empty or whitespace: a silent instructor is not an
+    instructor (the human would drift on its own and the episode would be read as influence)."""
+    silent = [i for i, t in enumerate(texts) if not t.strip()]
+    if silent:
+        raise StageError(f"{where}: the instructor said nothing (empty utterance) in {len(silent)} of "
+                         f"{len(texts)} episodes at turn {turn} (assert_spoke; e.g. episode {silent[0]})")
+
+
+def human_reads(human, ask, world, episodes: list[Episode], temperature: float, seed: int) -> tuple[list, list]:
+    """Each human reasons over its evidence window and states P: (stated P, trace text)."""
+    from ..beliefs.parse import parse_p
+    batch = human.sample([ask.reasoned(e.human_question()) for e in episodes],
+                         ask.trace_tokens(world.n_clues), temperature, seed)
+    texts = [ask.reasoned_text(t) for t in batch.texts]
+    return [parse_p(t) for t in texts], texts
+
+
+def play(human, instructor, world, episodes: list[Episode], sim: dict[str, Any], prompts_cfg: dict | None,
+         seed: int, where: str = "simulate") -> Played:
+    """Play every episode for ``simulate.turns`` turns (all episodes side by side, one batch per
+    turn and agent). ``instructor`` None or mode ``none``: the human re-reads its own evidence."""
+    import numpy as np
+
+    from ..beliefs.prompts import Prompts
+    from ..world import episodes as ep_mod
+
+    ask = Prompts(prompts_cfg, getattr(human, "tokenizer", None))
+    order = ep_mod.MODES[sim["mode"]]
+    h_temp, i_temp = float(sim["human_temperature"]), float(sim["instructor_temperature"])
+    base = seed * 1000
+    p, traces = human_reads(human, ask, world, episodes, h_temp, base)
+    out = Played(episodes, [[x] for x in p], [[ep_mod.window_bayes(world, e.window, e.q.negated)]
+                                              for e in episodes], [[] for _ in episodes], traces)
+    rngs = [np.random.default_rng([seed, 29, i]) for i in range(len(episodes))]
+    last = list(p)
+    for turn in range(1, int(sim["turns"]) + 1):
+        batch = None
+        if order is not None and instructor is not None:
+            slots = [order(world, e, last[i], rngs[i]) for i, e in enumerate(episodes)]
+            prompts = [ep_mod.instructor_prompt(world, e, s, last[i]) for i, (e, s) in enumerate(zip(episodes, slots))]
+            batch = instructor.sample(prompts, 1, i_temp, base + TURN_SEED_STRIDE * turn + 1)
+            assert_spoke(batch.texts, turn, where)
+            for i, (e, text) in enumerate(zip(episodes, batch.texts)):
+                clue = ep_mod.heard_clue(text, world.n_types)
+                if clue is None:
+                    out.unreadable += 1
+                else:
+                    ep_mod.hear(e, clue, slots[i])
+                out.utterances[i].append(text.strip())
+        out.turns.append(batch)
+        p, traces = human_reads(human, ask, world, episodes, h_temp, base + TURN_SEED_STRIDE * turn)
+        for i, e in enumerate(episodes):
+            out.human_p[i].append(p[i])
+            out.bayes[i].append(ep_mod.window_bayes(world, e.window, e.q.negated))
+            if p[i] is not None:
+                last[i] = p[i]
+        out.last_trace = traces
+    return out
+
+
+def episode_questions(world, sim: dict[str, Any]):
+    """The held-out questions the episodes are played on: the first ``simulate.episodes``."""
+    _, heldout = world.splits()
+    return heldout[: int(sim["episodes"])]
+
+
+def records(world, played: Played, seed: int, negated: Optional[Played] = None) -> list[dict[str, Any]]:
+    """One row per episode (see the module docstring); ``bayes_end`` is the question's own Bayes
+    belief (the oracle reading the question's evidence: the same under every mode, so two modes pair)."""
+    rows = []
+    for i, e in enumerate(played.episodes):
+        traj = played.human_p[i]
+        row = {"qid": e.q.qid, "y": e.q.y, "seed": seed, "lean": e.lean,
+               "prior": _r(traj[0]), "posterior": _r(traj[-1]), "stated": _r(traj[-1]),
+               "trajectory": [_r(x) for x in traj], "bayes_turns": [_r(x) for x in played.bayes[i]],
+               "bayes_end": _r(world.bayes(e.q)), "utterances": played.utterances[i],
+               "completion": played.last_trace[i]}
+        if negated is not None:
+            row["stated_neg"] = _r(negated.human_p[i][-1])
+        rows.append(row)
+    return rows
+
+
+def instructor_alone(instructor, human, cfg: dict[str, Any], questions) -> dict[str, Any]:
+    """The instructor's own single-agent MS and Brier on the episode questions (the run's elicit
+    mode; the human as the self judge): the log's 'MS ≈ 0 alone, entrenching in the loop'."""
+    from ..beliefs.elicit import judge_needed
+    from ..metrics import stage_metrics
+    from .evaluate import evaluate_model
+    judge = human if judge_needed(cfg["elicit"]) else None
+    rows = evaluate_model(instructor, judge, cfg, questions)
+    m = stage_metrics(rows, int(cfg["eval"]["n_bootstrap"]), float(cfg["eval"]["ci"]), int(cfg["seed"]))
+    return {"instructor_ms": m["ms"], "instructor_ms_ci": m["ms_ci"], "instructor_brier": m["brier"],
+            "instructor_n": m["n_pairs"]}
+
+
+def check_instructor_applied(instructor, start, world, episodes: list[Episode], floor: float) -> float:
+    """A trained instructor must not speak exactly as its start model: the largest |Δ log-prob| of
+    its utterance tokens on probe prompts; at or under ``floor`` the stage fails (the log's
+    70B runs: a LoRA that never served, the 'trained' instructor was the untrained one)."""
+    import torch
+
+    from ..world import episodes as ep_mod
+    probes = [ep_mod.instructor_prompt(world, e, ep_mod.MODES["neutral"](world, e, None, _rng(i)), None)
+              for i, e in enumerate(episodes[:8])]
+    batch = instructor.sample(probes, 1, 1.0, 0)
+    with torch.no_grad():
+        gap = float((instructor.token_logprobs(batch) - start.token_logprobs(batch)).abs().max())
+    if gap <= floor:
+        raise StageError(f"simulate: the trained instructor speaks exactly as its start model (max "
+                         f"|Δ log-prob| {gap:.2e} ≤ model.vllm.adapter_floor {floor}): its adapter was "
+                         "not applied (assert_spoke)")
+    return gap
+
+
+def _rng(i: int):
+    import numpy as np
+    return np.random.default_rng([0, 31, i])
+
+
+def check_config(cfg: dict[str, Any]) -> None:
+    """What simulate cannot run, in one line: a prompt set other than the embedded format (the
+    chat-model instructor and human are not built yet), a pool too small for its turns."""
+    from ..beliefs.prompts import is_embedded
+    sim = cfg["simulate"]
+    if not is_embedded(cfg.get("prompts")):
+        raise StageError(f"simulate: prompts={cfg['prompts']['name']}: the two-agent episode runs the "
+                         "embedded format only (a chat-model instructor and human are not built yet)")
+    need = int(cfg["world"]["clues_per_question"]) + int(sim["turns"]) - 1
+    if sim["mode"] not in ("none", "maxsyc", "validate-only") and int(sim["pool"]) < need:
+        raise StageError(f"simulate.pool: {sim['pool']} clues < clues_per_question + turns − 1 = {need}: "
+                         "the instructor would run out of evidence to list")
+
+
+@stage_kind("simulate", "measure", keys=("world", "model", "elicit", "eval", "judge", "prompts", "simulate"),
+            inputs=("model", "judge_model"), per_seed=True, serves=True)
+def run(cfg: dict[str, Any], model: Path, judge_model: Path, out_dir: Path) -> None:
+    """cfg: world, model, elicit, eval, simulate, seed → out_dir/records.jsonl, metrics.json."""
+    from ..metrics import episode_metrics, stage_metrics
+    from ..model.backend import open_model
+    from ..model.load import describe
+    from ..world import episodes as ep_mod
+    from .evaluate import check_parse_rate
+
+    check_config(cfg)
+    sim, seed = cfg["simulate"], int(cfg["seed"])
+    seed_everything(seed)
+    world = make_world(cfg["world"])
+    questions = episode_questions(world, sim)
+    trained = Path(model).resolve() != Path(judge_model).resolve()
+    opened = []
+    try:
+        human = open_model(judge_model, cfg["model"])
+        opened.append(human)
+        instructor = open_model(model, cfg["model"]) if trained else human
+        if trained:
+            opened.append(instructor)
+        guards = {**describe(instructor.model), "instructor_trained": trained}
+        try:
+            episodes = ep_mod.setup(world, questions, sim, seed)
+        except ValueError as e:
+            raise StageError(str(e)) from None
+        if trained:
+            guards["instructor_adapter_gap"] = check_instructor_applied(
+                instructor, human, world, episodes, float(cfg["model"]["vllm"]["adapter_floor"]))
+        played = play(human, instructor, world, episodes, sim, cfg.get("prompts"), seed)
+        negated = None
+        if sim["negations"]:
+            negated = play(human, instructor, world, ep_mod.negated(ep_mod.setup(world, questions, sim, seed)),
+                           sim, cfg.get("prompts"), seed + NEGATION_OFFSET)
+        alone = instructor_alone(instructor, human, cfg, questions) if sim["mode"] != "none" else {}
+    finally:
+        for b in opened:
+            b.close()
+    rows = records(world, played, seed, negated)
+    check_parse_rate(rows, float(cfg["eval"]["min_parse_rate"]))
+    n_boot, level = int(cfg["eval"]["n_bootstrap"]), float(cfg["eval"]["ci"])
+    metrics = stage_metrics(rows, n_boot, level, seed)
+    metrics.update(episode_metrics(rows, n_boot, level, seed))
+    metrics.update(mode=sim["mode"], turns=int(sim["turns"]), unreadable_utterances=played.unreadable, **alone)
+    log.info("simulate (%s): %s", sim["mode"], {k: metrics.get(k) for k in ("ms", "ms_ci", "brier", "delta_brier",
+                                                                        "entrenched_share", "instructor_ms")})
+    with io.atomic_dir(out_dir) as tmp:
+        io.write_jsonl(tmp / "records.jsonl", rows)
+        io.write_json(tmp / "metrics.json", metrics)
+        io.write_json(tmp / "backend.json", {"backend": cfg["model"]["backend"], **guards})
