@@ -42,3 +42,47 @@ def test_combined_reward_mixes_standardised_a_and_b():
 def test_unparsed_sample_gets_nan_reward():
     r = rewards.compute("BP", [0.5, np.nan], [0.5, 0.5], [0.5, 0.5], [1, 1], CFG)
     assert np.isfinite(r[0]) and np.isnan(r[1])
+
+
+# -- episode rewards (an instructor stage): hand-made trajectories, the formula checked by hand.
+TRAJ = np.array([[0.6, 0.7, 0.8],     # leans yes and moves further: x·δ = 0.1·0.1 + 0.2·0.1 = 0.03
+                 [0.4, 0.5, 0.45]])   # leans no, moves back: x·δ = −0.1·0.1 + 0·(−0.05) = −0.01
+EPISODE = {"lam_ms": 2.0, "lam_brier": 0.5, "meta_size": 3}
+
+
+def test_symabs_is_minus_lambda_times_the_sum_of_absolute_position_times_move():
+    r = rewards.bind("symabs", EPISODE)(trajectory=TRAJ)
+    assert r == pytest.approx([-2.0 * 0.03, -2.0 * 0.01])
+
+
+def test_hinge_charges_only_moves_the_way_the_human_leans_plus_its_last_brier():
+    r = rewards.bind("hinge", EPISODE)(trajectory=TRAJ, y=np.array([1.0, 0.0]))
+    assert r == pytest.approx([-2.0 * 0.03 - 0.5 * 0.2 ** 2, -2.0 * 0.0 - 0.5 * 0.45 ** 2])
+
+
+def test_episode_ms_gives_each_meta_episode_minus_lambda_times_its_absolute_slope():
+    prior = np.array([0.3, 0.6, 0.7, 0.2, 0.5, 0.9])
+    post = np.array([0.2, 0.7, 0.9, 0.1, 0.5, 0.8])
+    r = rewards.bind("episode_ms", EPISODE)(prior=prior, posterior=post)
+    for chunk in (slice(0, 3), slice(3, 6)):
+        slope = np.polyfit(prior[chunk] - 0.5, post[chunk] - prior[chunk], 1)[0]
+        assert r[chunk] == pytest.approx([-2.0 * abs(slope)] * 3)
+
+
+def test_product_is_minus_the_update_times_its_in_batch_prediction():
+    prior = np.array([0.2, 0.4, 0.6, 0.8])
+    post = np.array([0.1, 0.45, 0.6, 0.95])
+    b, a = np.polyfit(prior, post - prior, 1)
+    r = rewards.bind("product", EPISODE)(prior=prior, posterior=post)
+    assert r == pytest.approx(-2.0 * (post - prior) * (a + b * prior))
+
+
+def test_an_unparsed_turn_leaves_its_episode_unscored():
+    traj = TRAJ.copy()
+    traj[1, 1] = np.nan
+    r = rewards.bind("symabs", EPISODE)(trajectory=traj)
+    assert np.isfinite(r[0]) and np.isnan(r[1])
+
+
+def test_episode_rewards_read_the_trajectory_and_the_others_do_not():
+    assert {n for n, r in rewards.REWARDS.items() if r.episodic} == {"symabs", "hinge"}

@@ -270,9 +270,18 @@ class Plan:
 NOT_RUN_IDENTITY = ("budget",)   # what a build may cost, not what a run is: never makes a run stale
 
 
+def uses_simulate(cfg: dict) -> bool:
+    """Whether a run plays two-agent episodes (its measure) or trains an instructor (a step)."""
+    return cfg.get("eval", {}).get("kind") == "simulate" or any(
+        (st or {}).get("kind") == "instructor" and (st or {}).get("reward") is not None
+        for st in cfg.get("stages", {}).values())
+
+
 def run_identity(cfg: dict) -> dict:
-    """A resolved config without the keys that say nothing about the run (NOT_RUN_IDENTITY)."""
-    return {k: v for k, v in cfg.items() if k not in NOT_RUN_IDENTITY}
+    """A resolved config without the keys that say nothing about the run (NOT_RUN_IDENTITY), nor
+    ``simulate`` where the run plays no episode (so adding that section left other runs fresh)."""
+    drop = (*NOT_RUN_IDENTITY, *(() if uses_simulate(cfg) else ("simulate",)))
+    return {k: v for k, v in cfg.items() if k not in drop}
 
 
 def config_hash(cfg: dict) -> str:

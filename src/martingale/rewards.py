@@ -1,7 +1,9 @@
 """Rewards as plain functions over a batch (TRL's shape): arrays in, one float per sample out.
 
 A reward registers itself with ``@reward(name, needs=..., params=...)``: ``needs`` are the batch
-inputs it reads (of ``INPUTS``: the elicited prior and posterior, the stated P, the label y), and
+inputs it reads (of ``INPUTS``: the elicited prior and posterior, the stated P, the label y; in a
+two-agent episode the human's first and last P, its last P, y, and its P at every turn as
+``trajectory``, episodes × (turns + 1)), and
 its reward is NaN wherever one of them is NaN (a number that did not parse; the trainer gives that
 sample the worst advantage); ``params`` are the stage config keys bound as its keyword arguments.
 The schema allows exactly the registered names (``config.schema.choices``), so the plan imports this
@@ -15,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 if TYPE_CHECKING:
     import numpy as np
 
-INPUTS = ("prior", "posterior", "stated", "y")
+INPUTS = ("prior", "posterior", "stated", "y", "trajectory")
+EPISODE_INPUTS = ("trajectory",)   # only an episode has one (stages/instructor.py): the human's P at every turn
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,11 @@ class Reward:
     fn: Callable[..., np.ndarray]
     needs: tuple[str, ...]
     params: tuple[str, ...]
+
+    @property
+    def episodic(self) -> bool:
+        """Reads an episode's trajectory: only an instructor stage can score it."""
+        return any(k in EPISODE_INPUTS for k in self.needs)
 
     def bind(self, stage_cfg: Mapping[str, Any]) -> Callable[..., np.ndarray]:
         """The reward as a function of a batch (``score(prior=…, posterior=…, stated=…, y=…)``),
@@ -42,7 +50,7 @@ class Reward:
             args = {k: np.asarray(batch[k], dtype=float) for k in self.needs}
             with np.errstate(invalid="ignore"):
                 r = self.fn(**args, **kwargs)
-            bad = np.logical_or.reduce([np.isnan(args[k]) for k in self.needs])
+            bad = np.logical_or.reduce([np.isnan(a).reshape(len(a), -1).any(axis=1) for a in args.values()])
             return np.where(bad, np.nan, r)
         return score
 
@@ -127,3 +135,50 @@ def combined_C(prior, posterior, stated, y, *, lam: float, info_coef: float, inf
 def brier_prior_posterior_BP(prior, stated, y, **_) -> np.ndarray:
     """BP: −(y − prior)² − (y − stated P)² — calibrates both the early and the final belief."""
     return -((y - prior) ** 2) - (y - stated) ** 2
+
+
+# -- episode rewards (stages/instructor.py): the human's beliefs across an episode's turns.
+# x_t = P_{t−1} − ½ (where the human stood), δ_t = P_t − P_{t−1} (how it moved at turn t).
+
+def _x_delta(trajectory: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return trajectory[:, :-1] - 0.5, trajectory[:, 1:] - trajectory[:, :-1]
+
+
+@reward("episode_ms", needs=("prior", "posterior"), params=("lam_ms", "meta_size"))
+def episode_ms(prior, posterior, *, lam_ms: float, meta_size: int, **_) -> np.ndarray:
+    """episode_ms: −λ·|MS_ep| for every episode of a meta-episode (consecutive ``meta_size``
+    episodes), MS_ep = the OLS slope of (last − first) on (first − ½) over the meta-episode's
+    episodes (an undefined slope, fewer than 2 distinct first beliefs, scores 0)."""
+    import numpy as np
+    out = np.zeros_like(prior, dtype=float)
+    for start in range(0, len(prior), int(meta_size)):
+        chunk = slice(start, start + int(meta_size))
+        _, slope = _ols(prior[chunk] - 0.5, posterior[chunk] - prior[chunk])
+        out[chunk] = -lam_ms * abs(slope)
+    return out
+
+
+@reward("product", needs=("prior", "posterior"), params=("lam_ms",))
+def product(prior, posterior, *, lam_ms: float, **_) -> np.ndarray:
+    """product: −λ·Δ·predicted_bias(prior), Δ = last − first P, predicted_bias = the in-batch OLS
+    fit of Δ on the first P (A's martingale term over an episode)."""
+    delta = posterior - prior
+    a, b = _ols(prior, delta)
+    return -lam_ms * delta * (a + b * prior)
+
+
+@reward("symabs", needs=("trajectory",), params=("lam_ms",))
+def symabs(trajectory, *, lam_ms: float, **_) -> np.ndarray:
+    """symabs: −λ·Σ_t |x_t·δ_t| — any move the human's position predicts, either way, costs."""
+    import numpy as np
+    x, d = _x_delta(trajectory)
+    return -lam_ms * np.abs(x * d).sum(axis=1)
+
+
+@reward("hinge", needs=("trajectory", "y"), params=("lam_ms", "lam_brier"))
+def hinge(trajectory, y, *, lam_ms: float, lam_brier: float, **_) -> np.ndarray:
+    """hinge: −λ·Σ_t max(0, x_t·δ_t) − λ_B·(y − P_T)² — only moves further the way the human
+    leans cost (entrenchment), plus the Brier of its last P (the log's loss, as a reward)."""
+    import numpy as np
+    x, d = _x_delta(trajectory)
+    return -lam_ms * np.maximum(0.0, x * d).sum(axis=1) - lam_brier * (y - trajectory[:, -1]) ** 2

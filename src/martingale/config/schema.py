@@ -666,9 +666,22 @@ def _cached_questions_problem(path: str, mtime_ns: int, size: int, n_train: int,
     return config_problem({"questions_file": path, "n_train": n_train, "n_heldout": n_heldout})
 
 
+def _episode_reward_problem(cfg: dict, root: Optional[Path]) -> Optional[str]:
+    """A reward that reads an episode's trajectory (rewards.EPISODE_INPUTS) belongs on an instructor
+    stage: a train stage's rollouts have no episode."""
+    from ..rewards import REWARDS
+    for name, st in cfg["stages"].items():
+        r = REWARDS.get(st.get("reward"))
+        if r is not None and r.episodic and st.get("kind") != "instructor":
+            return (f"stages.{name}: reward {r.name} scores a two-agent episode; set stages.{name}.kind=instructor "
+                    f"(it is {st.get('kind')})")
+    return None
+
+
 # Checks whose message depends on what they find: (key, check(cfg, project root) -> why or None).
 CHECKS: tuple[tuple[str, Any], ...] = (
     ("world.questions_file", _questions_file_problem),
+    ("stages.*.reward", _episode_reward_problem),
 )
 
 

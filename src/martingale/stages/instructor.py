@@ -1,0 +1,146 @@
+"""Stage kind instructor (claim C3): train the instructor in the loop, against the fixed human.
+
+``stages.<s>.kind=instructor``: the stage's model is the instructor (the start model, prompted by
+``simulate.mode``, gets a LoRA adapter); the human is the run's start model and never changes. One
+iteration, read top to bottom: play ``simulate.train_episodes`` episodes on training questions (a
+fresh lean and pool each iteration) with the policy as instructor → the episode reward
+(``stages.<s>.reward``: episode_ms, product, symabs, hinge, or B = Brier of the human's last P; its
+λs from ``simulate``) → advantage = reward minus the batch mean, over the batch sd, clipped → loss =
+per utterance token −A·log π + β·KL(π‖π_start) (train.policy_loss), over every turn → one AdamW step.
+
+Guards: a silent utterance fails the stage (simulate.assert_spoke); after every step the adapter
+must move the utterance log-probs (more than ``model.vllm.adapter_floor``), else it was not applied
+and the stage fails; the merged model must differ from the start model.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from .. import io, rewards
+from . import stage_kind
+from .common import StageError, log, make_world, seed_everything
+
+ITERATION_SEED_STRIDE = 7919   # iteration k plays episodes seeded seed·7919 + k
+
+
+def batch_inputs(played) -> dict[str, Any]:
+    """The reward's batch from played episodes: first P, last P (as posterior and stated), y and
+    the trajectory (None → NaN)."""
+    import numpy as np
+    traj = np.array([[np.nan if p is None else p for p in row] for row in played.human_p], dtype=float)
+    y = np.array([e.q.y for e in played.episodes], dtype=float)
+    return {"prior": traj[:, 0], "posterior": traj[:, -1], "stated": traj[:, -1], "y": y, "trajectory": traj}
+
+
+def utterance_loss(policy, played, adv, beta: float, temperature: float):
+    """train.policy_loss averaged over the turns' utterance batches; the reference log-probs from
+    the same model with its adapter off. Returns (loss, mean k3, max |log π − log π_ref|)."""
+    import torch
+
+    from .train import policy_loss
+    loss, kl, gap = 0.0, 0.0, 0.0
+    turns = [b for b in played.turns if b is not None]
+    for b in turns:
+        logp = policy.gen.token_logprobs(b, temperature)
+        with torch.no_grad(), policy.model.disable_adapter():
+            ref = policy.gen.token_logprobs(b, temperature)
+        mask = b.completion_mask.to(logp.device).float()
+        part, part_kl = policy_loss(logp, ref, adv.to(logp.device), mask, beta)
+        loss, kl = loss + part / len(turns), kl + part_kl.detach() / len(turns)
+        gap = max(gap, float(((logp.detach() - ref) * mask).abs().max()))
+    return loss, kl, gap
+
+
+def adapter_gap(policy, played, temperature: float) -> float:
+    """max |log π − log π_start| over the last iteration's utterances, after the step: 0 means the
+    adapter changes nothing the instructor says (it was not applied)."""
+    import torch
+    with torch.no_grad():
+        _, _, gap = utterance_loss(policy, played, torch.zeros(len(played.episodes)), 0.0, temperature)
+    return gap
+
+
+@stage_kind("instructor", "step", keys=("world", "model", "prompts", "simulate"), inputs=("start_model", "judge_model"),
+            per_seed=True, serves=True)
+def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path) -> None:
+    """cfg: world, model, simulate, stage, seed → out_dir/model (adapter merged), train.jsonl, stage.json."""
+    import numpy as np
+    import torch
+
+    from ..metrics import martingale_fit
+    from ..model.backend import open_model
+    from ..model.load import describe, save
+    from ..stats import MetricError
+    from ..world import episodes as ep_mod
+    from .simulate import check_config, play
+    from .train import advantages, check_adapter, lora_policy, serve_policy, update, weights_digest
+
+    stage, sim, seed = cfg["stage"], cfg["simulate"], int(cfg["seed"])
+    name = f"instructor stage ({stage['reward']} reward)"
+    if sim["mode"] == "none":
+        raise StageError(f"{name}: simulate.mode=none has no instructor to train")
+    check_config(cfg)
+    try:
+        score = rewards.bind(stage["reward"], {**stage, **sim})
+    except ValueError as e:
+        raise StageError(str(e)) from None
+    seed_everything(seed)
+    world = make_world(cfg["world"])
+    train_q, _ = world.splits()
+    n = int(sim["train_episodes"])
+    order = np.random.default_rng([seed, 37])
+    floor, temperature = float(cfg["model"]["vllm"]["adapter_floor"]), float(sim["instructor_temperature"])
+    human = open_model(judge_model, cfg["model"])
+    start = open_model(start_model, cfg["model"])   # its own copy: the adapter goes on it, the human stays as it is
+    history: list[dict[str, Any]] = []
+    try:
+        start_digest = weights_digest(start.model)
+        policy = lora_policy(start, stage, cfg["model"])
+        t0 = time.time()
+        for it in range(int(sim["iterations"])):
+            qs = [train_q[i] for i in order.permutation(len(train_q))[:n]]
+            episodes = ep_mod.setup(world, qs, sim, seed * ITERATION_SEED_STRIDE + it)
+            policy.model.eval()
+            played = play(human, policy.gen, world, episodes, sim, cfg.get("prompts"),
+                          seed * ITERATION_SEED_STRIDE + it, where=name)
+            batch = batch_inputs(played)
+            rew = score(**batch)
+            adv = torch.tensor(advantages(rew, np.zeros(len(rew), dtype=int), float(stage["adv_clip"])),
+                               dtype=torch.float32)
+            policy.model.train()
+            loss, kl, _ = utterance_loss(policy, played, adv, float(stage["kl_beta"]), temperature)
+            if not torch.isfinite(loss):
+                raise StageError(f"{name}: loss is {float(loss)} at iteration {it}: stopping")
+            update(policy, loss)
+            check_adapter(policy, name, it, stage)
+            gap = adapter_gap(policy, played, temperature)
+            if gap <= floor:
+                raise StageError(f"{name}: after iteration {it} the adapter leaves every utterance's "
+                                 f"log-prob as the start model's (max |Δ| {gap:.2e} ≤ model.vllm.adapter_floor "
+                                 f"{floor}): it is not applied, the instructor would be the untrained one")
+            serve_policy(policy)
+            ok = np.isfinite(batch["prior"]) & np.isfinite(batch["posterior"])
+            try:
+                ms = round(martingale_fit(batch["prior"][ok], batch["posterior"][ok])["ms"], 6)
+            except MetricError:
+                ms = None
+            history.append({"iteration": it, "loss": round(float(loss.detach()), 6), "kl": round(float(kl), 6),
+                            "reward": round(float(np.nanmean(rew)), 6) if np.isfinite(rew).any() else None,
+                            "human_ms": ms, "adapter_gap": round(gap, 6), "unreadable": played.unreadable,
+                            "brier_last": round(float(np.nanmean((batch["y"] - batch["stated"]) ** 2)), 6)})
+            log.info("%s iteration %d %s (%.0fs)", name, it, history[-1], time.time() - t0)
+        merged = policy.model.merge_and_unload()
+    finally:
+        human.close()
+        start.close()
+    if weights_digest(merged) == start_digest:
+        raise StageError(f"{name}: training did not move the instructor ({len(history)} iterations left the "
+                         "merged weights equal to the start model's)")
+    with io.atomic_dir(out_dir) as tmp:
+        save(merged, start.tokenizer, tmp)
+        io.write_jsonl(tmp / "train.jsonl", history)
+        io.write_json(tmp / "stage.json", {"kind": "instructor", "reward": stage["reward"], "mode": sim["mode"],
+                                           "iterations": len(history), "backend": cfg["model"]["backend"],
+                                           **describe(merged)})

@@ -1,0 +1,173 @@
+"""The two-agent episode stage (simulate, claim C2) and in-loop instructor training (instructor,
+claim C3), for real at smoke scale: snakemake builds c2-syc, c2-truth and a C3 run that trains its
+instructor for 3 iterations against the fixed human (base here, for time; the
+campaign's C3 runs use D); then the silent-instructor guards, injected
+into the stages themselves on the smoke project's pretrained model."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from martingale.metrics import entrenched, episode_metrics
+from projcopy import make_project
+
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+
+SMOKE = """
+# --- smoke scale (tests/test_simulate.py) ---
+world: {n_train: 24, n_heldout: 48, clues_per_question: 4}
+model: {hidden_size: 48, num_layers: 2, num_heads: 2, intermediate_size: 96}
+pretrain: {steps: 400, batch_size: 32}
+distill: {steps: 30, batch_size: 16}
+eval: {n_bootstrap: 100}
+simulate: {episodes: 24, turns: 2, train_episodes: 16, iterations: 3}
+"""
+
+RUNS = {
+    "c2-syc.yaml": "parent: base\nknob: eval.kind=simulate\nquestion: syc\nclaims: [C2]\n",
+    "c2-truth.yaml": "parent: c2-syc\nknob: simulate.mode=truth\nquestion: truth\nclaims: [C2]\n",
+    "c3-q3-neutral.yaml": "parent: c2-syc\nknob: simulate.mode=neutral\nquestion: prompt-only\nclaims: [C3]\n",
+    "c3-instructor.yaml": "parent: c3-q3-neutral\nknob: stages.s1.kind=instructor\nquestion: declares\nclaims: [C3]\n",
+    "c3-episode-ms.yaml": "parent: c3-instructor\nknob: stages.s1.reward=episode_ms\nquestion: trains\nclaims: [C3]\n",
+}
+
+
+def records(d: Path) -> list[dict]:
+    return [json.loads(line) for line in (d / "records.jsonl").read_text().splitlines()]
+
+
+# ------------------------------------------------------------------------------- metrics, by hand
+def test_an_episode_is_entrenched_when_the_human_moves_further_the_way_it_leaned():
+    assert entrenched([0.6, 0.6, 0.4, 0.4], [0.7, 0.5, 0.3, 0.45]).tolist() == [True, False, True, False]
+
+
+def test_episode_metrics_give_delta_brier_last_minus_first_and_the_bayes_humans_ms():
+    rows = [{"prior": p, "posterior": q, "y": y, "lean": 1 if p > 0.5 else -1, "trajectory": [p, q],
+             "bayes_turns": [b0, b1]}
+            for p, q, y, b0, b1 in ((0.6, 0.8, 1, 0.6, 0.7), (0.4, 0.2, 0, 0.4, 0.3), (0.6, 0.9, 0, 0.65, 0.8),
+                                    (0.35, 0.3, 1, 0.3, 0.2))]
+    m = episode_metrics(rows, n_bootstrap=50, seed=0)
+    first, last, y = np.array([0.6, 0.4, 0.6, 0.35]), np.array([0.8, 0.2, 0.9, 0.3]), np.array([1, 0, 0, 1])
+    assert m["delta_brier"] == pytest.approx(np.mean((y - last) ** 2) - np.mean((y - first) ** 2))
+    assert m["n_entrenched"] == 4 and m["entrenched_share"] == 1.0
+    b0, b1 = np.array([0.6, 0.4, 0.65, 0.3]), np.array([0.7, 0.3, 0.8, 0.2])
+    assert m["ms_bayes"] == pytest.approx(np.polyfit(b0 - 0.5, b1 - b0, 1)[0])
+    assert m["p_by_turn"]["lean_yes"] == pytest.approx([0.6, 0.85])
+
+
+# ------------------------------------------------------------------------------- the chain, for real
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    root = make_project(tmp_path_factory.mktemp("sim") / "proj", config=SMOKE, runs=RUNS)
+    res = subprocess.run([SNAKEMAKE, "--cores", "2", "results/c2-syc/eval.json", "results/c2-truth/eval.json",
+                          "results/c3-episode-ms/eval.json"],
+                         cwd=root, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-4000:]
+    return root
+
+
+def _eval(root: Path, run: str) -> dict:
+    return json.loads((root / "results" / run / "eval.json").read_text())
+
+
+@pytest.mark.slow
+def test_a_c2_run_reports_the_humans_ms_first_to_last_per_episode(built):
+    s0 = _eval(built, "c2-syc")["stages"]["s0"]
+    assert s0["mode"] == "syc" and s0["turns"] == 2 and s0["n"] == 24
+    for key in ("ms", "ms_ci", "brier", "brier_first", "delta_brier", "delta_brier_ci", "entrenched_share",
+                "ms_bayes", "instructor_ms", "p_by_turn"):
+        assert key in s0, key
+    rows = records(built / "results" / "c2-syc")
+    assert {len(r["trajectory"]) for r in rows} == {3} and {len(r["utterances"]) for r in rows} == {2}
+    assert all(r["prior"] == r["trajectory"][0] and r["stated"] == r["trajectory"][-1] for r in rows)
+
+
+@pytest.mark.slow
+def test_truth_against_syc_is_a_paired_effect_on_the_same_episodes(built):
+    eff = _eval(built, "c2-truth")["effect"]["final"]
+    assert eff["n_paired"] == 24 and eff["ms"]["n"] >= 3
+    syc, truth = records(built / "results" / "c2-syc"), records(built / "results" / "c2-truth")
+    assert [(r["qid"], r["lean"], r["prior"]) for r in syc] == [(r["qid"], r["lean"], r["prior"]) for r in truth]
+
+
+@pytest.mark.slow
+def test_a_c3_run_trains_its_instructor_three_iterations_and_measures_it_against_the_prompt_only_control(built):
+    run = _eval(built, "c3-episode-ms")
+    assert set(run["stages"]) == {"s0", "s1"}
+    assert run["effect"]["final"]["stage"] == "s1" and run["effect"]["final"]["parent_stage"] == "s0"
+    trained = next((built / "results" / "_store" / "instructor").iterdir())
+    history = [json.loads(line) for line in (trained / "train.jsonl").read_text().splitlines()]
+    assert [h["iteration"] for h in history] == [0, 1, 2]
+    assert all(h["adapter_gap"] > 0 for h in history)
+    backend = json.loads(next(d for d in (built / "results" / "_store" / "simulate").iterdir()
+                              if json.loads((d / "backend.json").read_text())["instructor_trained"]).joinpath(
+                                  "backend.json").read_text())
+    assert backend["instructor_adapter_gap"] > 0
+
+
+# ------------------------------------------------------------------------------- the guards, injected
+def _stage_cfg(root: Path, run: str, seed: int = 42) -> dict:
+    from martingale.plan import Plan
+    plan = Plan.load(root)
+    cfg = plan.resolved_config(run)
+    return {**cfg, "seed": seed, "stage": cfg["stages"]["s1"]}
+
+
+def _pretrained(root: Path) -> Path:
+    return next((root / "results" / "_store" / "pretrain").iterdir()) / "model"
+
+
+class Silent:
+    """An instructor that says nothing: every utterance is whitespace (the log's unserved LoRA)."""
+
+    def __init__(self, backend):
+        self.backend = backend
+
+    def sample(self, prompts, max_new_tokens, temperature, seed):
+        batch = self.backend.sample(prompts, max_new_tokens, temperature, seed)
+        batch.texts = [" " for _ in batch.texts]
+        return batch
+
+
+@pytest.mark.slow
+def test_an_empty_instructor_fails_the_episode_stage(built):
+    from martingale.model.backend import open_model
+    from martingale.stages.common import StageError, make_world
+    from martingale.stages.simulate import episode_questions, play
+    from martingale.world.episodes import setup
+    cfg = _stage_cfg(built, "c2-syc")
+    world = make_world(cfg["world"])
+    human = open_model(_pretrained(built), cfg["model"])
+    eps = setup(world, episode_questions(world, cfg["simulate"]), cfg["simulate"], 42)
+    with pytest.raises(StageError, match="said nothing"):
+        play(human, Silent(human), world, eps, cfg["simulate"], cfg["prompts"], 42)
+
+
+@pytest.mark.slow
+def test_a_trained_instructor_that_speaks_as_its_start_model_fails_the_episode_stage(built, tmp_path):
+    from martingale.stages import simulate
+    from martingale.stages.common import StageError
+    noop = tmp_path / "noop-instructor"
+    shutil.copytree(_pretrained(built), noop)       # "trained", but its weights are the start model's
+    out = tmp_path / "out"
+    with pytest.raises(StageError, match="adapter was not applied"):
+        simulate.run(_stage_cfg(built, "c2-syc"), model=noop, judge_model=_pretrained(built), out_dir=out)
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_an_instructor_adapter_that_is_never_applied_fails_the_instructor_stage(built, tmp_path, monkeypatch):
+    from martingale.stages import instructor, train
+    from martingale.stages.common import StageError
+    monkeypatch.setattr(train, "update", lambda policy, loss: None)   # the optimizer step never lands
+    out = tmp_path / "out"
+    with pytest.raises(StageError, match="not applied"):
+        instructor.run(_stage_cfg(built, "c3-episode-ms"), start_model=_pretrained(built),
+                       judge_model=_pretrained(built), out_dir=out)
+    assert not out.exists()
