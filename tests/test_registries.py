@@ -9,9 +9,11 @@ from martingale import rewards
 from martingale.beliefs import readers
 from martingale.beliefs.elicit import judge_needed
 from martingale.config.runs import RunTree
-from martingale.config.schema import StageConfig, choices
+from martingale.config.schema import InstructorConfig, StageConfig, choices
 
 from projcopy import proj, write_run  # noqa: F401 (proj: fixture)
+
+EPISODE = ("episode_ms", "product", "symabs", "hinge")   # the instructor stage's rewards
 
 
 @pytest.fixture
@@ -45,7 +47,7 @@ def test_a_registered_reward_is_an_allowed_stage_reward(scaled_brier):
 
 def test_an_unregistered_reward_is_no_longer_allowed():
     assert "Rtest" not in choices()["stages.*.reward"]
-    assert set(choices()["stages.*.reward"]) == {None, "A", "B", "C", "BP"}
+    assert set(choices()["stages.*.reward"]) == {None, "A", "B", "C", "BP", "episode_ms", "product", "symabs", "hinge"}
 
 
 def test_a_run_may_name_a_registered_reward(proj, scaled_brier):
@@ -80,10 +82,13 @@ def test_a_reward_name_registers_once(scaled_brier):
 def test_builtin_rewards_declare_what_they_read_and_their_stage_keys():
     needs = {n: r.needs for n, r in rewards.REWARDS.items()}
     assert needs == {"A": ("prior", "posterior", "stated"), "B": ("stated", "y"),
-                     "C": ("prior", "posterior", "stated", "y"), "BP": ("prior", "posterior", "stated", "y")}
+                     "C": ("prior", "posterior", "stated", "y"), "BP": ("prior", "posterior", "stated", "y"),
+                     "episode_ms": ("prior", "posterior"), "product": ("prior", "posterior"),
+                     "symabs": ("trajectory",), "hinge": ("trajectory", "y")}
+    # a train stage binds the stage's keys; an instructor stage the stage's and instructor.*
     fields = set(StageConfig.__dataclass_fields__)
     for r in rewards.REWARDS.values():
-        assert set(r.params) <= fields, r.name
+        assert set(r.params) <= fields | (set(InstructorConfig.__dataclass_fields__) if r.name in EPISODE else set()), r.name
 
 
 def test_masking_follows_the_declared_needs():
@@ -94,7 +99,7 @@ def test_masking_follows_the_declared_needs():
         r = rewards.compute(name, *nan_prior, cfg)
         assert np.isnan(r[0]) and np.isfinite(r[1:]).all(), name
     nan_stated = ([0.1, 0.2, 0.4, 0.6], [0.5, 0.3, 0.5, 0.7], [np.nan, 0.3, 0.5, 0.7], [1, 0, 1, 1])
-    for name in rewards.REWARDS:                                          # every reward reads stated P
+    for name in set(rewards.REWARDS) - set(EPISODE):                     # every train reward reads stated P
         r = rewards.compute(name, *nan_stated, cfg)
         assert np.isnan(r[0]) and np.isfinite(r[1:]).all(), name
 

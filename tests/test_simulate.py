@@ -26,7 +26,8 @@ model: {hidden_size: 48, num_layers: 2, num_heads: 2, intermediate_size: 96}
 pretrain: {steps: 400, batch_size: 32}
 distill: {steps: 30, batch_size: 16}
 eval: {n_bootstrap: 100}
-simulate: {episodes: 24, turns: 2, train_episodes: 16, iterations: 3}
+simulate: {episodes: 24, turns: 2}
+instructor: {train_episodes: 16, iterations: 3}
 """
 
 RUNS = {

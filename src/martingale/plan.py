@@ -279,8 +279,8 @@ def uses_simulate(cfg: dict) -> bool:
 
 def run_identity(cfg: dict) -> dict:
     """A resolved config without the keys that say nothing about the run (NOT_RUN_IDENTITY), nor
-    ``simulate`` where the run plays no episode (so adding that section left other runs fresh)."""
-    drop = (*NOT_RUN_IDENTITY, *(() if uses_simulate(cfg) else ("simulate",)))
+    ``simulate``/``instructor`` where the run plays no episode (so adding that section left other runs fresh)."""
+    drop = (*NOT_RUN_IDENTITY, *(() if uses_simulate(cfg) else ("simulate", "instructor")))
     return {k: v for k, v in cfg.items() if k not in drop}
 
 

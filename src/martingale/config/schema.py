@@ -187,8 +187,8 @@ class EvalConfig:
 
 @dataclass
 class SimulateConfig:
-    """Two-agent episodes (``eval.kind=simulate``: stages/simulate.py, world/episodes.py) and the
-    in-loop training of their instructor (``stages.<s>.kind=instructor``: stages/instructor.py)."""
+    """Two-agent episodes (``eval.kind=simulate``: stages/simulate.py, world/episodes.py), also
+    what an instructor stage plays while it trains."""
     mode: str = "syc"             # the instructor's prompt: syc | maxsyc | neutral | truth | martingale | validate-only | none
     turns: int = 4                # utterances per episode; the human states P before the first and after each
     lean: float = 0.65            # the human starts leaning: its evidence's Bayes belief is lean or 1 − lean
@@ -198,7 +198,13 @@ class SimulateConfig:
     negations: bool = False       # also play each episode negated: coherence |P(A) + P(¬A) − 1|
     human_temperature: float = 1.0
     instructor_temperature: float = 1.0
-    iterations: int = 3           # instructor training: rounds of (play train episodes, one policy-gradient step)
+
+
+@dataclass
+class InstructorConfig:
+    """In-loop training of the episodes' instructor (``stages.<s>.kind=instructor``:
+    stages/instructor.py); its LoRA rank, lr, KL β and advantage clip are the stage's own keys."""
+    iterations: int = 10          # rounds of (play train episodes, one policy-gradient step)
     train_episodes: int = 64      # episodes played per iteration (training questions)
     meta_size: int = 8            # episodes per meta-episode: the episode_ms reward's MS is over one
     lam_ms: float = 1.0           # λ of the episode rewards' entrenchment term
@@ -235,6 +241,7 @@ class Config:
     prompts: PromptsConfig = field(default_factory=PromptsConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     simulate: SimulateConfig = field(default_factory=SimulateConfig)
+    instructor: InstructorConfig = field(default_factory=InstructorConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
 
@@ -602,7 +609,7 @@ DOMAINS: dict[str, Domain] = {
     "eval.prior_draws": Int(0),
     "eval.negations": Flag(),
     "eval.min_parse_rate": FRACTION,
-    # simulate: stages/simulate.py, stages/instructor.py, world/episodes.py
+    # simulate, instructor: stages/simulate.py, stages/instructor.py, world/episodes.py
     "simulate.mode": InChoices(),
     "simulate.turns": COUNT,
     "simulate.lean": Real(0.5, 1, hi_open=True),  # the side a human leans to; 1 − lean the other
@@ -612,11 +619,11 @@ DOMAINS: dict[str, Domain] = {
     "simulate.negations": Flag(),
     "simulate.human_temperature": POSITIVE,
     "simulate.instructor_temperature": POSITIVE,
-    "simulate.iterations": COUNT,
-    "simulate.train_episodes": Int(2),
-    "simulate.meta_size": Int(3),                 # an MS slope within a meta-episode
-    "simulate.lam_ms": NONNEG,
-    "simulate.lam_brier": NONNEG,
+    "instructor.iterations": COUNT,
+    "instructor.train_episodes": Int(2),
+    "instructor.meta_size": Int(3),               # an MS slope within a meta-episode
+    "instructor.lam_ms": NONNEG,
+    "instructor.lam_brier": NONNEG,
     # wandb: tracking.py
     "wandb.mode": InChoices(),
     "wandb.project": Name(),

@@ -2,10 +2,10 @@
 
 ``stages.<s>.kind=instructor``: the stage's model is the instructor (the start model, prompted by
 ``simulate.mode``, gets a LoRA adapter); the human is the run's start model and never changes. One
-iteration, read top to bottom: play ``simulate.train_episodes`` episodes on training questions (a
+iteration, read top to bottom: play ``instructor.train_episodes`` episodes on training questions (a
 fresh lean and pool each iteration) with the policy as instructor → the episode reward
 (``stages.<s>.reward``: episode_ms, product, symabs, hinge, or B = Brier of the human's last P; its
-λs from ``simulate``) → advantage = reward minus the batch mean, over the batch sd, clipped → loss =
+λs from ``instructor``) → advantage = reward minus the batch mean, over the batch sd, clipped → loss =
 per utterance token −A·log π + β·KL(π‖π_start) (train.policy_loss), over every turn → one AdamW step.
 
 Guards: a silent utterance fails the stage (simulate.assert_spoke); after every step the adapter
@@ -62,10 +62,11 @@ def adapter_gap(policy, played, temperature: float) -> float:
     return gap
 
 
-@stage_kind("instructor", "step", keys=("world", "model", "prompts", "simulate"), inputs=("start_model", "judge_model"),
+@stage_kind("instructor", "step", keys=("world", "model", "prompts", "simulate", "instructor"), inputs=("start_model", "judge_model"),
             per_seed=True, serves=True)
 def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path) -> None:
-    """cfg: world, model, simulate, stage, seed → out_dir/model (adapter merged), train.jsonl, stage.json."""
+    """cfg: world, model, simulate, instructor, stage, seed → out_dir/model (adapter merged),
+    train.jsonl, stage.json."""
     import numpy as np
     import torch
 
@@ -77,19 +78,19 @@ def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path
     from .simulate import check_config, play
     from .train import advantages, check_adapter, lora_policy, serve_policy, update, weights_digest
 
-    stage, sim, seed = cfg["stage"], cfg["simulate"], int(cfg["seed"])
+    stage, sim, train, seed = cfg["stage"], cfg["simulate"], cfg["instructor"], int(cfg["seed"])
     name = f"instructor stage ({stage['reward']} reward)"
     if sim["mode"] == "none":
         raise StageError(f"{name}: simulate.mode=none has no instructor to train")
     check_config(cfg)
     try:
-        score = rewards.bind(stage["reward"], {**stage, **sim})
+        score = rewards.bind(stage["reward"], {**stage, **train})
     except ValueError as e:
         raise StageError(str(e)) from None
     seed_everything(seed)
     world = make_world(cfg["world"])
     train_q, _ = world.splits()
-    n = int(sim["train_episodes"])
+    n = int(train["train_episodes"])
     order = np.random.default_rng([seed, 37])
     floor, temperature = float(cfg["model"]["vllm"]["adapter_floor"]), float(sim["instructor_temperature"])
     human = open_model(judge_model, cfg["model"])
@@ -99,7 +100,7 @@ def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path
         start_digest = weights_digest(start.model)
         policy = lora_policy(start, stage, cfg["model"])
         t0 = time.time()
-        for it in range(int(sim["iterations"])):
+        for it in range(int(train["iterations"])):
             qs = [train_q[i] for i in order.permutation(len(train_q))[:n]]
             episodes = ep_mod.setup(world, qs, sim, seed * ITERATION_SEED_STRIDE + it)
             policy.model.eval()
