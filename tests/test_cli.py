@@ -123,3 +123,16 @@ def test_cli_start_up_does_not_import_torch_or_transformers():
             "bad = [m for m in ('torch', 'transformers', 'peft', 'trl') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_figure_modes_draws_the_two_agent_runs_with_results_and_refuses_a_path_outside(proj):
+    stage = {"mode": "syc", "ms": 0.4, "ms_ci": [0.2, 0.6], "p_by_turn": {"lean_yes": [0.65, 0.7, 0.8]}}
+    write_eval(proj, "base", {"s0": {"ms": 0.01, "ms_ci": [-0.1, 0.1]}}, stage_order=["s0"])   # single-agent: left out
+    write_eval(proj, "D", {"s0": stage}, stage_order=["s0"])
+    res = cli(proj, "figure", "modes")
+    assert res.exit_code == 0, res.output
+    png = proj / "results" / "episodes_by_mode.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    res = cli(proj, "figure", "modes", "--out", "../outside.png")
+    assert res.exit_code == 1 and "leaves the project" in res.output
+    assert not (proj.parent / "outside.png").exists()

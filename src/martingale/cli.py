@@ -369,6 +369,34 @@ def _plan_cost(p, ids: list[str]) -> None:
         out.print(f"snakemake would refuse this build: {message}", markup=False)
 
 
+@app.command("figure")
+def figure(which: str = typer.Argument("modes", help="modes: the two-agent runs side by side, by instructor mode."),
+           output: Path = typer.Option(Path("results/episodes_by_mode.png"), "--out", "-o",
+                                       help="The PNG to write (inside the project).")) -> None:
+    """Draw a figure across runs from their results: `modes` = every two-agent run (eval.kind=
+    simulate) with results, its MS and CI and the human's lean across turns (plots.episodes_by_mode)."""
+    import json
+
+    from .config.schema import ProjectPath
+    if which != "modes":
+        fail(f"figure: unknown figure {which!r} (known: modes)")
+    if (why := ProjectPath().problem(str(output))):
+        fail(f"figure --out: {why}")
+    tree = _tree(compose=False)
+    runs = {}
+    for run_id in tree.ids():
+        path = STATE.root / "results" / run_id / "eval.json"
+        try:
+            runs[run_id] = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError) as e:
+            fail(f"{path}: unreadable ({e})")
+    from .plots import episodes_by_mode
+    written = episodes_by_mode(runs, STATE.root / output)
+    out.print(str(written), markup=False)
+
+
 questions_app = typer.Typer(help="Resolved binary forecasting questions in a JSONL file (world=jsonl).",
                             no_args_is_help=True)
 app.add_typer(questions_app, name="questions")

@@ -9,7 +9,14 @@
 - ``brier_ms_by_stage.png`` Brier and MS by stage with their bootstrap CIs (several seeds: mean
   ± sd and each seed), the base-rate constant and MS = 0 as references;
 - ``effect_forest.png``     the knob's paired effect against the parent (ΔBrier, ΔMS with CIs,
-  per stage and seed); a root run's figure says it has no parent.
+  per stage and seed); a root run's figure says it has no parent;
+- ``belief_by_turn.png``    a two-agent run (eval.kind=simulate): the human's mean stated P across
+  turns by its initial lean, beside the Bayes belief of the evidence it held, per stage; and MS
+  (first → last) per stage with its CI, the Bayes human's and the instructor's own. A single-agent
+  run's figure says it plays no episode.
+
+``episodes_by_mode`` (``martingale figure modes``) draws the campaign's two-agent runs side by side:
+MS with CIs and the human's P across turns, per instructor mode.
 
 Several seeds are pooled in the scatter panels (the fitted line is then the pooled fit). Figures
 are built on ``matplotlib.figure.Figure`` (no pyplot state), so the same inputs give the same bytes.
@@ -17,6 +24,7 @@ are built on ``matplotlib.figure.Figure`` (no pyplot state), so the same inputs 
 from __future__ import annotations
 
 import io
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +37,9 @@ from scipy import stats
 from .io import write_bytes
 from .metrics import N_BINS, calibration_bins
 from .stats import nan_array as _arr
+from .stats import nan_matrix
 
-PLOTS = ("prior_posterior", "delta_vs_prior", "reliability", "brier_ms_by_stage", "effect_forest")
+PLOTS = ("prior_posterior", "delta_vs_prior", "reliability", "brier_ms_by_stage", "effect_forest", "belief_by_turn")
 DPI = 100
 _META = {"Software": None}
 
@@ -271,4 +280,100 @@ def write_plots(out_dir: Path | str, run_id: str, stage_order: list[str], record
         "reliability": reliability(run_id, stage_order, records, metrics, out / "reliability.png"),
         "brier_ms_by_stage": brier_ms_by_stage(run_id, stage_order, metrics, out / "brier_ms_by_stage.png"),
         "effect_forest": effect_forest(run_id, parent, knob, effects, out / "effect_forest.png"),
+        "belief_by_turn": belief_by_turn(run_id, stage_order, records, metrics, out / "belief_by_turn.png"),
     }
+
+
+def _message(text: str, path: Path) -> Path:
+    fig = Figure(figsize=(6, 1.6))
+    ax = fig.subplots()
+    ax.axis("off")
+    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=11)
+    return _save(fig, path)
+
+
+def _turn_means(records: list[dict], key: str, lean: int) -> np.ndarray:
+    rows = [r[key] for r in records if r.get("lean") == lean and r.get(key)]
+    if not rows:
+        return np.array([])
+    m = nan_matrix(rows)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)   # a turn where no P parsed: NaN
+        return np.nanmean(m, axis=0)
+
+
+def belief_by_turn(run_id: str, stage_order: list[str], records: dict[str, list[dict]],
+                   metrics: dict[str, dict], path: Path) -> Path:
+    if not any(r.get("trajectory") for stage in stage_order for r in records.get(stage, [])):
+        return _message(f"{run_id}: a single-agent run, no two-agent episode (eval.kind=simulate plays them)", path)
+    fig, (ax_p, ax_m) = _panels(2, w=4.4)
+    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red"]
+    for k, stage in enumerate(stage_order):
+        rows, color = records.get(stage, []), colors[k % len(colors)]
+        for lean, marker in ((1, "o"), (-1, "v")):
+            p, b = _turn_means(rows, "trajectory", lean), _turn_means(rows, "bayes_turns", lean)
+            if p.size:
+                ax_p.plot(np.arange(len(p)), p, marker=marker, color=color,
+                          label=f"{stage} leaning {'yes' if lean > 0 else 'no'}")
+                ax_p.plot(np.arange(len(b)), b, ls=":", color=color, lw=1)
+    ax_p.axhline(0.5, color="grey", lw=0.8)
+    ax_p.set(ylim=(0, 1), xlabel="turn (0: before the first utterance)", ylabel="mean stated P",
+             title="the human's P (dotted: Bayes of its evidence)")
+    ax_p.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax_p.legend(fontsize=6.5)
+    xs = np.arange(len(stage_order))
+    for i, stage in enumerate(stage_order):
+        m = metrics.get(stage, {})
+        for dx, key, ci_key, color, label in ((-0.15, "ms", "ms_ci", "tab:blue", "human"),
+                                              (0.0, "ms_bayes", None, "tab:purple", "Bayes human"),
+                                              (0.15, "instructor_ms", "instructor_ms_ci", "tab:grey", "instructor alone")):
+            v = _num(m, key)
+            if np.isnan(v):
+                continue
+            lo, hi = _ci(m, ci_key) if ci_key else (np.nan, np.nan)
+            err = [[v - lo], [hi - v]] if not np.isnan(lo) else None
+            ax_m.errorbar([i + dx], [v], yerr=err, fmt="o" if key != "ms_bayes" else "D", color=color,
+                          capsize=3, label=label if i == 0 else None)
+    ax_m.axhline(0, color="grey", ls="--", lw=1)
+    ax_m.set_xticks(xs, stage_order)
+    ax_m.set(xlim=(-0.5, len(stage_order) - 0.5), ylabel="MS (first → last P)", title="MS by stage, 95% CIs")
+    ax_m.legend(fontsize=7)
+    mode = next((metrics.get(s, {}).get("mode") for s in stage_order if metrics.get(s, {}).get("mode")), "?")
+    fig.suptitle(f"{run_id}: two-agent episodes, instructor mode {mode}", fontsize=10)
+    return _save(fig, path)
+
+
+def episodes_by_mode(runs: dict[str, dict[str, Any]], path: Path) -> Path:
+    """The two-agent runs side by side (``runs``: run id → its eval.json): the final stage's MS with
+    its CI per run, labelled by mode (left), and the human's mean |P − ½| across turns (right)."""
+    rows = []
+    for run_id, ev in sorted(runs.items()):
+        final = (ev.get("stage_order") or ["s0"])[-1]
+        m = ev.get("stages", {}).get(final, {})
+        if m.get("mode") is not None:
+            rows.append((run_id, final, m))
+    if not rows:
+        return _message("no two-agent run has results yet (eval.kind=simulate)", path)
+    fig, (ax_m, ax_p) = _panels(2, w=5.6, h=max(3.3, 0.9 + 0.32 * len(rows)), left=2.4)
+    ys = np.arange(len(rows))[::-1]
+    for yv, (run_id, final, m) in zip(ys, rows):
+        v = _num(m, "ms")
+        lo, hi = _ci(m, "ms_ci")
+        color = "tab:red" if not np.isnan(lo) and lo > 0 else "tab:green" if not np.isnan(hi) and hi < 0 else "tab:blue"
+        if not np.isnan(lo):
+            ax_m.plot([lo, hi], [yv, yv], color=color, lw=2)
+        ax_m.plot([v], [yv], "s", color=color)
+        turns = [side for side in (m.get("p_by_turn") or {}).values() if side]
+        if turns:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                lean = np.nanmean(np.abs(nan_matrix(turns) - 0.5), axis=0)   # mean over the two leans
+            ax_p.plot(np.arange(len(lean)), lean, marker="o", label=f"{run_id} ({m['mode']}, {final})")
+    ax_m.axvline(0, color="grey", ls="--", lw=1)
+    ax_m.set_yticks(ys, [f"{r} ({m['mode']}, {s})" for r, s, m in rows])
+    ax_m.set(xlabel="MS, first → last P (95% bootstrap CI)", title="MS by run and instructor mode")
+    ax_p.set(xlabel="turn", ylabel="mean |P − ½|", title="how far the human leans, by turn")
+    ax_p.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax_p.legend(fontsize=6)
+    fig.suptitle("two-agent episodes (claims C2, C3)", fontsize=10)
+    return _save(fig, path)

@@ -21,6 +21,7 @@ rule aggregate:
         reliability=plot_output("reliability"),
         brier_ms_by_stage=plot_output("brier_ms_by_stage"),
         effect_forest=plot_output("effect_forest"),
+        belief_by_turn=plot_output("belief_by_turn"),
     params:
         cfg=run_config,
         lineage=run_lineage,

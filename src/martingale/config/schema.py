@@ -204,7 +204,7 @@ class SimulateConfig:
 class InstructorConfig:
     """In-loop training of the episodes' instructor (``stages.<s>.kind=instructor``:
     stages/instructor.py); its LoRA rank, lr, KL β and advantage clip are the stage's own keys."""
-    iterations: int = 10          # rounds of (play train episodes, one policy-gradient step)
+    iterations: int = 20          # rounds of (play train episodes, one policy-gradient step)
     train_episodes: int = 64      # episodes played per iteration (training questions)
     meta_size: int = 8            # episodes per meta-episode: the episode_ms reward's MS is over one
     lam_ms: float = 1.0           # λ of the episode rewards' entrenchment term
