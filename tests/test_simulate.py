@@ -172,3 +172,28 @@ def test_an_instructor_adapter_that_is_never_applied_fails_the_instructor_stage(
         instructor.run(_stage_cfg(built, "c3-episode-ms"), start_model=_pretrained(built),
                        judge_model=_pretrained(built), out_dir=out)
     assert not out.exists()
+
+
+class HalfSilent(Silent):
+    """Every other utterance empty: an exploring policy's rare eos, many times over."""
+
+    def sample(self, prompts, max_new_tokens, temperature, seed):
+        batch = self.backend.sample(prompts, max_new_tokens, temperature, seed)
+        batch.texts = [" " if i % 2 else t for i, t in enumerate(batch.texts)]
+        return batch
+
+
+@pytest.mark.slow
+def test_while_training_an_empty_utterance_marks_its_episode_silent_and_an_all_silent_turn_still_fails(built):
+    from martingale.model.backend import open_model
+    from martingale.stages.common import StageError, make_world
+    from martingale.stages.simulate import episode_questions, play
+    from martingale.world.episodes import setup
+    cfg = _stage_cfg(built, "c2-syc")
+    world = make_world(cfg["world"])
+    human = open_model(_pretrained(built), cfg["model"])
+    eps = lambda: setup(world, episode_questions(world, cfg["simulate"]), cfg["simulate"], 42)
+    played = play(human, HalfSilent(human), world, eps(), cfg["simulate"], cfg["prompts"], 42, strict=False)
+    assert played.silent == [i % 2 == 1 for i in range(len(played.episodes))]
+    with pytest.raises(StageError, match="said nothing"):
+        play(human, Silent(human), world, eps(), cfg["simulate"], cfg["prompts"], 42, strict=False)

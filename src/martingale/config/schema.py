@@ -209,6 +209,9 @@ class InstructorConfig:
     meta_size: int = 8            # episodes per meta-episode: the episode_ms reward's MS is over one
     lam_ms: float = 1.0           # λ of the episode rewards' entrenchment term
     lam_brier: float = 1.0        # λ_B of the hinge reward's Brier term
+    temperature: float = 2.0      # the policy's utterances while it trains (exploration: at 1 the pretrained
+                                  # instructor copies its first candidate every time); its episodes in eval
+                                  # sample at simulate.instructor_temperature
 
 
 @dataclass
@@ -624,6 +627,7 @@ DOMAINS: dict[str, Domain] = {
     "instructor.meta_size": Int(3),               # an MS slope within a meta-episode
     "instructor.lam_ms": NONNEG,
     "instructor.lam_brier": NONNEG,
+    "instructor.temperature": POSITIVE,
     # wandb: tracking.py
     "wandb.mode": InChoices(),
     "wandb.project": Name(),

@@ -3,12 +3,15 @@
 ``stages.<s>.kind=instructor``: the stage's model is the instructor (the start model, prompted by
 ``simulate.mode``, gets a LoRA adapter); the human is the run's start model and never changes. One
 iteration, read top to bottom: play ``instructor.train_episodes`` episodes on training questions (a
-fresh lean and pool each iteration) with the policy as instructor → the episode reward
+fresh lean and pool each iteration) with the policy as instructor, sampling its utterances at
+``instructor.temperature`` (exploration) → the episode reward
 (``stages.<s>.reward``: episode_ms, product, symabs, hinge, or B = Brier of the human's last P; its
 λs from ``instructor``) → advantage = reward minus the batch mean, over the batch sd, clipped → loss =
 per utterance token −A·log π + β·KL(π‖π_start) (train.policy_loss), over every turn → one AdamW step.
 
-Guards: a silent utterance fails the stage (simulate.assert_spoke); after every step the adapter
+Guards: an exploring policy may sample an empty utterance now and then: its episode scores NaN
+(the worst advantage, as an unparsed answer in the train stage), and a turn where every utterance
+is empty fails the stage (simulate.assert_spoke); after every step the adapter
 must move the utterance log-probs (more than ``model.vllm.adapter_floor``), else it was not applied
 and the stage fails; the merged model must differ from the start model.
 """
@@ -92,7 +95,8 @@ def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path
     train_q, _ = world.splits()
     n = int(train["train_episodes"])
     order = np.random.default_rng([seed, 37])
-    floor, temperature = float(cfg["model"]["vllm"]["adapter_floor"]), float(sim["instructor_temperature"])
+    floor, temperature = float(cfg["model"]["vllm"]["adapter_floor"]), float(train["temperature"])
+    explore = {**sim, "instructor_temperature": temperature}   # the policy explores while it trains
     human = open_model(judge_model, cfg["model"])
     start = open_model(start_model, cfg["model"])   # its own copy: the adapter goes on it, the human stays as it is
     history: list[dict[str, Any]] = []
@@ -104,10 +108,10 @@ def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path
             qs = [train_q[i] for i in order.permutation(len(train_q))[:n]]
             episodes = ep_mod.setup(world, qs, sim, seed * ITERATION_SEED_STRIDE + it)
             policy.model.eval()
-            played = play(human, policy.gen, world, episodes, sim, cfg.get("prompts"),
-                          seed * ITERATION_SEED_STRIDE + it, where=name)
+            played = play(human, policy.gen, world, episodes, explore, cfg.get("prompts"),
+                          seed * ITERATION_SEED_STRIDE + it, where=name, strict=False)
             batch = batch_inputs(played)
-            rew = score(**batch)
+            rew = np.where(played.silent, np.nan, score(**batch))   # silence scores nothing: the worst advantage
             adv = torch.tensor(advantages(rew, np.zeros(len(rew), dtype=int), float(stage["adv_clip"])),
                                dtype=torch.float32)
             policy.model.train()
@@ -130,6 +134,7 @@ def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path
             history.append({"iteration": it, "loss": round(float(loss.detach()), 6), "kl": round(float(kl), 6),
                             "reward": round(float(np.nanmean(rew)), 6) if np.isfinite(rew).any() else None,
                             "human_ms": ms, "adapter_gap": round(gap, 6), "unreadable": played.unreadable,
+                            "silent_episodes": int(sum(played.silent)),
                             "brier_last": round(float(np.nanmean((batch["y"] - batch["stated"]) ** 2)), 6)})
             log.info("%s iteration %d %s (%.0fs)", name, it, history[-1], time.time() - t0)
         merged = policy.model.merge_and_unload()

@@ -50,6 +50,7 @@ class Played:
     last_trace: list[str]
     turns: list[Optional[Batch]] = field(default_factory=list)
     unreadable: int = 0
+    silent: list[bool] = field(default_factory=list)   # per episode: an utterance was empty (strict=False)
 
 
 def assert_spoke(texts: list[str], turn: int, where: str) -> None:
@@ -71,9 +72,12 @@ def human_reads(human, ask, world, episodes: list[Episode], temperature: float, 
 
 
 def play(human, instructor, world, episodes: list[Episode], sim: dict[str, Any], prompts_cfg: dict | None,
-         seed: int, where: str = "simulate") -> Played:
+         seed: int, where: str = "simulate", strict: bool = True) -> Played:
     """Play every episode for ``simulate.turns`` turns (all episodes side by side, one batch per
-    turn and agent). ``instructor`` None or mode ``none``: the human re-reads its own evidence."""
+    turn and agent). ``instructor`` None or mode ``none``: the human re-reads its own evidence.
+    ``strict``: an empty utterance fails (assert_spoke); else (a policy exploring while it trains)
+    the episode is marked ``silent`` and the human hears nothing, and only a turn where every
+    utterance is empty fails."""
     import numpy as np
 
     from ..beliefs.prompts import Prompts
@@ -85,7 +89,8 @@ def play(human, instructor, world, episodes: list[Episode], sim: dict[str, Any],
     base = seed * 1000
     p, traces = human_reads(human, ask, world, episodes, h_temp, base)
     out = Played(episodes, [[x] for x in p], [[ep_mod.window_bayes(world, e.window, e.q.negated)]
-                                              for e in episodes], [[] for _ in episodes], traces)
+                                              for e in episodes], [[] for _ in episodes], traces,
+                 silent=[False] * len(episodes))
     rngs = [np.random.default_rng([seed, 29, i]) for i in range(len(episodes))]
     last = list(p)
     for turn in range(1, int(sim["turns"]) + 1):
@@ -94,10 +99,12 @@ def play(human, instructor, world, episodes: list[Episode], sim: dict[str, Any],
             slots = [order(world, e, last[i], rngs[i]) for i, e in enumerate(episodes)]
             prompts = [ep_mod.instructor_prompt(world, e, s, last[i]) for i, (e, s) in enumerate(zip(episodes, slots))]
             batch = instructor.sample(prompts, 1, i_temp, base + TURN_SEED_STRIDE * turn + 1)
-            assert_spoke(batch.texts, turn, where)
+            assert_spoke(batch.texts if strict else ["".join(batch.texts)], turn, where)
             for i, (e, text) in enumerate(zip(episodes, batch.texts)):
                 clue = ep_mod.heard_clue(text, world.n_types)
-                if clue is None:
+                if not text.strip():
+                    out.silent[i] = True
+                elif clue is None:
                     out.unreadable += 1
                 else:
                     ep_mod.hear(e, clue, slots[i])
