@@ -5,7 +5,7 @@ BIN   := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 CORES ?= 2
 
-.PHONY: install vllm system-packages demo test lint table bench clean-results
+.PHONY: install vllm system-packages demo campaign test lint table bench clean-results
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -24,6 +24,10 @@ system-packages:  ## Debian packages for the browser and SLURM tests (installed 
 demo: install  ## the main job on the embedded default: filter-s2only end to end, then the table
 	$(BIN)/snakemake --profile profiles/local -c$(CORES) results/filter-s2only/eval.json
 	$(BIN)/snakemake --profile profiles/local -c$(CORES) runs.json
+
+campaign: install vllm  ## the whole campaign: every valid run in conf/runs (base-vllm: .venv-vllm) and the table (snakemake all), then the two-agent runs' figure
+	$(BIN)/snakemake --profile profiles/local -c$(CORES) all
+	$(BIN)/martingale figure modes
 
 test: install vllm system-packages  ## lint the workflow (with each profile), then unit tests, the browser test, the end-to-end chain, the vLLM server tests and the SLURM cluster test at smoke scale
 	$(BIN)/snakemake --lint --profile profiles/local

@@ -147,3 +147,14 @@ def test_judge_is_the_runs_s0_model(campaign):
         assert plan.stages[r.eval_stage].inputs["judge_model"] == s0
         if r.stage != "s0":
             assert plan.stages[r.model_stage].inputs["judge_model"] == s0
+
+
+def test_a_run_keeps_its_config_hash_whatever_the_sections_it_does_not_use_say():
+    from martingale.plan import config_hash
+    tree_cfg = Plan.load(FIXTURE).resolved_config("base")
+    single = config_hash(tree_cfg)
+    assert config_hash({**tree_cfg, "simulate": {**tree_cfg["simulate"], "mode": "truth"},
+                        "instructor": {**tree_cfg["instructor"], "iterations": 99}}) == single
+    episodes = {**tree_cfg, "eval": {**tree_cfg["eval"], "kind": "simulate"}}
+    assert config_hash({**episodes, "simulate": {**episodes["simulate"], "mode": "truth"}}) != config_hash(episodes)
+    assert config_hash({**episodes, "instructor": {**episodes["instructor"], "iterations": 99}}) == config_hash(episodes)

@@ -270,18 +270,23 @@ class Plan:
 NOT_RUN_IDENTITY = ("budget",)   # what a build may cost, not what a run is: never makes a run stale
 
 
-def uses_simulate(cfg: dict) -> bool:
-    """Whether a run plays two-agent episodes (its measure) or trains an instructor (a step)."""
-    return cfg.get("eval", {}).get("kind") == "simulate" or any(
-        (st or {}).get("kind") == "instructor" and (st or {}).get("reward") is not None
-        for st in cfg.get("stages", {}).values())
+def trains_instructor(cfg: dict) -> bool:
+    """Whether a run has an instructor stage (a step of kind instructor with a reward)."""
+    return any((st or {}).get("kind") == "instructor" and (st or {}).get("reward") is not None
+               for st in cfg.get("stages", {}).values())
+
+
+def plays_episodes(cfg: dict) -> bool:
+    """Whether a run plays two-agent episodes: its measure, or while its instructor trains."""
+    return cfg.get("eval", {}).get("kind") == "simulate" or trains_instructor(cfg)
 
 
 def run_identity(cfg: dict) -> dict:
     """A resolved config without the keys that say nothing about the run (NOT_RUN_IDENTITY), nor
-    ``simulate``/``instructor`` where the run plays no episode (so adding that section left other runs fresh)."""
-    drop = (*NOT_RUN_IDENTITY, *(() if uses_simulate(cfg) else ("simulate", "instructor")))
-    return {k: v for k, v in cfg.items() if k not in drop}
+    the sections it does not use: ``simulate`` where it plays no episode, ``instructor`` where it
+    trains none (a new key there leaves every other run fresh)."""
+    unused = (() if plays_episodes(cfg) else ("simulate",)) + (() if trains_instructor(cfg) else ("instructor",))
+    return {k: v for k, v in cfg.items() if k not in (*NOT_RUN_IDENTITY, *unused)}
 
 
 def config_hash(cfg: dict) -> str:

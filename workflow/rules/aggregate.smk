@@ -47,6 +47,7 @@ rule runs_table:
         table=update("runs.json"),
         markdown=update("RUNS.md"),
         page=report(update("runs.html"), caption="../report/runs_table.rst", category="Runs table"),
+        findings=update("FINDINGS.md"),
     log:
         "logs/runs_table.log",
     localrule: True

@@ -162,12 +162,14 @@ def table_inputs(wildcards):
     (or `results/a/eval.json runs.json`) regenerates the table after every aggregate it runs, while
     `snakemake runs.json` alone regenerates it from what exists (unbuilt runs say queued). A
     vanished result changes this input set, so the table step reruns and fails with its advice.
-    The ancestors a requested run aggregates (ancestor_results) count as built by this invocation."""
+    The ancestors a requested run aggregates (ancestor_results) count as built by this invocation.
+    conf/findings.yaml, when present, is read for FINDINGS.md."""
     building = requested_runs()
     building |= {a for run in building for a in cost.ancestors_to_aggregate(PLAN, run, built_now)}
     evals = [f"results/{run}/eval.json" for run in sorted(PLAN.tree.specs)
              if run in building or (ROOT / f"results/{run}/eval.json").exists()]
-    return run_files(wildcards) + evals
+    findings = ["conf/findings.yaml"] if (ROOT / "conf/findings.yaml").exists() else []
+    return run_files(wildcards) + findings + evals
 
 
 def check_budget():

@@ -1,5 +1,6 @@
-"""Regenerate the master runs table — runs.json, RUNS.md, runs.html — from the run files and the
-results: martingale.table.write_table(root)."""
+"""Regenerate the master runs table — runs.json, RUNS.md, runs.html — and FINDINGS.md (the log's
+findings in conf/findings.yaml with their verdicts) from the run files and the results:
+martingale.table.write_table(root)."""
 from pathlib import Path
 
 from martingale.smk import run_logged

@@ -2,7 +2,9 @@
 
 - ``runs.json``  one row per run (rows.py), checked against runs.schema.json (schema.py);
 - ``RUNS.md``    the log's view: master table, claims → runs, Excluded (markdown.py);
-- ``runs.html``  the interactive page over the same rows (page.py).
+- ``runs.html``  the interactive page over the same rows (page.py);
+- ``FINDINGS.md`` the log's findings the campaign tests (conf/findings.yaml), each with its
+  number, CI and a verdict by a stated rule (findings.py).
 
 Each file is rewritten only when its content changes; the same inputs give the same bytes. A row is
 never dropped: a vanished run, or a done run's vanished results, fails with how to mark it invalid.
@@ -16,12 +18,12 @@ import yaml
 import json
 
 from ..io import write_text_if_changed
-from . import markdown, page
+from . import findings, markdown, page
 from .rows import TableError, build_table, check_no_corrupt, check_no_vanished, previous_rows
 from .schema import check_rows, schema_errors
 
 TABLE = "runs.json"
-OUTPUTS = (TABLE, "RUNS.md", "runs.html")
+OUTPUTS = (TABLE, "RUNS.md", "runs.html", "FINDINGS.md")
 CLAIMS = "conf/claims.yaml"
 
 
@@ -47,8 +49,9 @@ def rows_json(rows: list[dict]) -> str:
 
 
 def write_table(root: Path | str = ".", tree=None) -> Path:
-    """Regenerate runs.json, RUNS.md and runs.html under root; returns runs.json's path. Nothing is
-    written unless every check passes (no vanished row, no corrupt result, schema-valid rows)."""
+    """Regenerate runs.json, RUNS.md, runs.html and FINDINGS.md under root; returns runs.json's
+    path. Nothing is written unless every check passes (no vanished row, no corrupt result,
+    schema-valid rows, a valid conf/findings.yaml)."""
     root = Path(root)
     path = root / TABLE
     rows = build_table(root, tree)
@@ -58,7 +61,7 @@ def write_table(root: Path | str = ".", tree=None) -> Path:
         raise TableError(f"runs.json: schema: {errors[0]}")
     claims = load_claims(root)
     texts = {TABLE: rows_json(rows), "RUNS.md": markdown.render(rows, claims),
-             "runs.html": page.render(rows, claims)}
+             "runs.html": page.render(rows, claims), "FINDINGS.md": findings.render(root, rows, claims)}
     for name in OUTPUTS:
         write_text_if_changed(root / name, texts[name])
     return path

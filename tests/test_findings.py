@@ -1,0 +1,135 @@
+"""FINDINGS.md: each finding of conf/findings.yaml with its number, CI and a verdict by the stated
+rule; a bad findings file fails in one line and writes nothing."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from martingale.config.runs import RunTree
+from martingale.table import TableError, findings, write_table
+
+from projcopy import REPO, FIXTURE, proj, snapshot, write_eval  # noqa: F401 (proj: fixture)
+
+
+def finding(root: Path, run: str = "D", metric: str = "ms", expect: str = "> 0", stage: str = "s0",
+            fid: str = "D-entrenches") -> None:
+    (root / "conf" / "findings.yaml").write_text(
+        f'{fid}:\n  claim: C1\n  log: "2026-05-21 — D (B-distill)"\n'
+        f'  statement: "D\'s same-mode MS > 0"\n'
+        f'  test: {{run: {run}, stage: {stage}, metric: {metric}, expect: "{expect}"}}\n', encoding="utf-8")
+
+
+def verdict(root: Path, fid: str = "D-entrenches") -> str:
+    """The verdict cell of the finding's summary row."""
+    write_table(root)
+    md = (root / "FINDINGS.md").read_text(encoding="utf-8")
+    row = next(ln for ln in md.splitlines() if ln.startswith(f"| {fid} |"))
+    return row.split("|")[-2].strip()
+
+
+@pytest.mark.parametrize("ci, expected", [([0.05, 0.2], "reproduced"), ([-0.2, 0.0], "not reproduced"),
+                                          ([-0.1, 0.1], "inconclusive")])
+def test_greater_than_zero_verdict_follows_the_ci(proj, ci, expected):
+    finding(proj)
+    write_eval(proj, "D", {"s0": {"ms": 0.1, "ms_ci": ci}})
+    assert verdict(proj) == expected
+
+
+@pytest.mark.parametrize("ci, expected", [([-0.2, -0.05], "reproduced"), ([0.0, 0.2], "not reproduced"),
+                                          ([-0.1, 0.1], "inconclusive")])
+def test_less_than_zero_verdict_mirrors_greater_than_zero(proj, ci, expected):
+    finding(proj, expect="< 0")
+    write_eval(proj, "D", {"s0": {"ms": -0.1, "ms_ci": ci}})
+    assert verdict(proj) == expected
+
+
+@pytest.mark.parametrize("ci, expected", [([-0.1, 0.1], "reproduced"), ([0.0, 0.1], "reproduced"),
+                                          ([0.02, 0.1], "not reproduced")])
+def test_null_is_reproduced_only_when_the_ci_covers_zero(proj, ci, expected):
+    finding(proj, expect="= 0")
+    write_eval(proj, "D", {"s0": {"ms": 0.05, "ms_ci": ci}})
+    assert verdict(proj) == expected
+
+
+def test_a_queued_run_has_no_result_yet_with_its_state(proj):
+    finding(proj)
+    assert verdict(proj) == "no result yet (D is queued)"
+
+
+@pytest.mark.parametrize("ci", [[math.nan, 0.2], [None, None], None])
+def test_a_missing_or_nan_ci_is_no_result_yet(proj, ci):
+    finding(proj, metric="delta_brier")          # not a runs.json headline metric: NaN may stay
+    write_eval(proj, "D", {"s0": {"delta_brier": 0.1, **({"delta_brier_ci": ci} if ci is not None else {})}})
+    assert verdict(proj).startswith("no result yet")
+
+
+def test_effect_metric_reads_the_paired_effect_of_the_final_stage_against_the_parent(proj):
+    finding(proj, run="A-on-D", metric="effect.brier", expect="< 0", stage="final")
+    effect = {"final": {"stage": "s1", "parent_stage": "s0", "brier": {"delta": -0.05, "ci": [-0.08, -0.02]},
+                        "ms": {"delta": 0.01, "ci": [-0.1, 0.1]}}}
+    write_eval(proj, "A-on-D", {"s0": {}, "s1": {}}, stage_order=["s0", "s1"], effect=effect)
+    assert verdict(proj) == "reproduced"
+    assert "stage final (s1), s1 vs parent s0, `effect.brier` < 0" in (proj / "FINDINGS.md").read_text()
+
+
+def seeds_eval(root: Path, cis: list[list[float]]) -> None:
+    write_eval(root, "twostage-v2-k3", {"s0": {"seeds": [41, 42, 43],
+                                               "ms": {"mean": -0.4, "sd": 0.1, "per_seed": [-0.3, -0.4, -0.5]},
+                                               "ms_ci": {"per_seed": cis}}})
+
+
+def test_seeds_that_all_agree_give_that_verdict_with_the_count(proj):
+    finding(proj, run="twostage-v2-k3", expect="< 0")
+    seeds_eval(proj, [[-0.5, -0.1], [-0.6, -0.2], [-0.7, -0.3]])
+    assert verdict(proj) == "reproduced (3/3 seeds)"
+
+
+def test_seeds_that_disagree_are_inconclusive_with_the_counts(proj):
+    finding(proj, run="twostage-v2-k3", expect="< 0")
+    seeds_eval(proj, [[-0.5, -0.1], [-0.6, 0.1], [0.1, 0.3]])
+    assert verdict(proj) == "inconclusive (1/3 reproduced, 1/3 not reproduced, 1/3 inconclusive)"
+    assert "  - seed 43: -0.500 [+0.100, +0.300] → not reproduced" in (proj / "FINDINGS.md").read_text()
+
+
+ENTRY = 'x:\n  claim: C1\n  log: l\n  statement: s\n  test: {{run: {0}, metric: "{1}", expect: "{2}"}}\n'
+
+
+@pytest.mark.parametrize("text, key", [
+    ("D-entrenches: [unclosed\n", "not valid YAML"),
+    ('x:\n  claim: C1\n  statement: s\n  test: {run: D, metric: ms, expect: "> 0"}\n', "x: log: missing"),
+    (ENTRY.format("nope", "ms", "> 0"), "x: test.run: unknown run-id 'nope'"),
+    (ENTRY.format("D", "ms", ">= 0"), "x: test.expect:"),
+    (ENTRY.format("D", "ms slope", "> 0"), "x: test.metric:"),
+])
+def test_a_bad_findings_file_is_one_line_naming_the_file_and_key_and_writes_nothing(proj, text, key):
+    (proj / "conf" / "findings.yaml").write_text(text, encoding="utf-8")
+    before = snapshot(proj)
+    with pytest.raises(TableError) as e:
+        write_table(proj)
+    message = str(e.value)
+    assert message.startswith("conf/findings.yaml: ") and key in message and "\n" not in message
+    assert snapshot(proj) == before
+
+
+def test_findings_md_is_the_same_bytes_on_regeneration(proj):
+    finding(proj)
+    write_eval(proj, "D", {"s0": {"ms": 0.1, "ms_ci": [0.05, 0.2]}})
+    write_table(proj)
+    path = proj / "FINDINGS.md"
+    first, mtime = path.read_bytes(), path.stat().st_mtime_ns
+    write_table(proj)
+    assert path.read_bytes() == first and path.stat().st_mtime_ns == mtime
+    assert "Verdict rule" in first.decode()
+
+
+def test_no_findings_file_still_writes_findings_md_saying_so(proj):
+    assert not (FIXTURE / "conf" / "findings.yaml").exists()      # the frozen fixture stays without one
+    write_table(proj)
+    assert "No findings file" in (proj / "FINDINGS.md").read_text()
+
+
+def test_the_repository_findings_file_names_real_runs_and_valid_tests():
+    tree = RunTree.load(REPO / "conf", compose=False)
+    assert findings.load(REPO, set(tree.ids()))
