@@ -197,3 +197,14 @@ def test_while_training_an_empty_utterance_marks_its_episode_silent_and_an_all_s
     assert played.silent == [i % 2 == 1 for i in range(len(played.episodes))]
     with pytest.raises(StageError, match="said nothing"):
         play(human, Silent(human), world, eps(), cfg["simulate"], cfg["prompts"], 42, strict=False)
+
+
+def test_two_agent_episodes_on_a_chat_prompt_set_are_refused_at_check_naming_prompts(tmp_path):
+    from typer.testing import CliRunner
+
+    from martingale.cli import app
+    root = make_project(tmp_path / "p", runs={"sim.yaml": "parent: base\nknob: eval.kind=simulate\n",
+                                              "chat.yaml": "parent: sim\nknob: prompts=log\n"})
+    res = CliRunner().invoke(app, ["--root", str(root), "check"])
+    assert res.exit_code == 1
+    assert res.output.strip().startswith("error: conf/runs/chat.yaml: prompts.name: prompts=log: two-agent episodes")

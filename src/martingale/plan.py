@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple, Optional
 
 from .config.runs import RunTree
+from .config.schema import plays_episodes, trains_instructor
 from .io import canonical_json, read_optional, write_text_if_changed
 from .stages import StageKind, kinds
 
@@ -268,17 +269,6 @@ class Plan:
 
 
 NOT_RUN_IDENTITY = ("budget",)   # what a build may cost, not what a run is: never makes a run stale
-
-
-def trains_instructor(cfg: dict) -> bool:
-    """Whether a run has an instructor stage (a step of kind instructor with a reward)."""
-    return any((st or {}).get("kind") == "instructor" and (st or {}).get("reward") is not None
-               for st in cfg.get("stages", {}).values())
-
-
-def plays_episodes(cfg: dict) -> bool:
-    """Whether a run plays two-agent episodes: its measure, or while its instructor trains."""
-    return cfg.get("eval", {}).get("kind") == "simulate" or trains_instructor(cfg)
 
 
 def run_identity(cfg: dict) -> dict:

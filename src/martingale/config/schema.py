@@ -677,22 +677,44 @@ def _cached_questions_problem(path: str, mtime_ns: int, size: int, n_train: int,
     return config_problem({"questions_file": path, "n_train": n_train, "n_heldout": n_heldout})
 
 
-def _episode_reward_problem(cfg: dict, root: Optional[Path]) -> Optional[str]:
+def _episode_reward_problem(cfg: dict, root: Optional[Path]) -> Optional[tuple[str, str]]:
     """A reward that reads an episode's trajectory (rewards.EPISODE_INPUTS) belongs on an instructor
     stage: a train stage's rollouts have no episode."""
     from ..rewards import REWARDS
     for name, st in cfg["stages"].items():
         r = REWARDS.get(st.get("reward"))
         if r is not None and r.episodic and st.get("kind") != "instructor":
-            return (f"stages.{name}: reward {r.name} scores a two-agent episode; set stages.{name}.kind=instructor "
-                    f"(it is {st.get('kind')})")
+            return (f"stages.{name}.reward", f"{r.name} scores a two-agent episode: only an instructor stage "
+                    f"has one (stages.{name}.kind is {st.get('kind')})")
     return None
 
 
-# Checks whose message depends on what they find: (key, check(cfg, project root) -> why or None).
+def trains_instructor(cfg: dict) -> bool:
+    """Whether a run has an instructor stage (a step of kind instructor with a reward)."""
+    return any((st or {}).get("kind") == "instructor" and (st or {}).get("reward") is not None
+               for st in cfg.get("stages", {}).values())
+
+
+def plays_episodes(cfg: dict) -> bool:
+    """Whether a run plays two-agent episodes: its measure, or while its instructor trains."""
+    return cfg.get("eval", {}).get("kind") == "simulate" or trains_instructor(cfg)
+
+
+def _episodes_prompts_problem(cfg: dict, root: Optional[Path]) -> Optional[str]:
+    """Two-agent episodes run in the embedded format only: a chat-model instructor and human (their
+    prompts in conf/prompts/) are not built yet."""
+    name = cfg.get("prompts", {}).get("name", "embedded")
+    if plays_episodes(cfg) and name != "embedded":
+        return (f"prompts={name}: two-agent episodes (eval.kind=simulate, an instructor stage) run the embedded "
+                "format only; a chat-model instructor and human are not built yet")
+    return None
+
+
+# Checks whose message depends on what they find: (key, check(cfg, project root) -> why, (key, why) or None).
 CHECKS: tuple[tuple[str, Any], ...] = (
     ("world.questions_file", _questions_file_problem),
     ("stages.*.reward", _episode_reward_problem),
+    ("prompts.name", _episodes_prompts_problem),
 )
 
 
@@ -704,7 +726,7 @@ def relation_problem(cfg: dict, root: Optional[Path] = None) -> tuple[str, str] 
     for key, check in CHECKS:
         why = check(cfg, root)
         if why:
-            return key, why
+            return why if isinstance(why, tuple) else (key, why)   # a check may name the exact key
     return None
 
 
