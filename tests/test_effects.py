@@ -234,8 +234,8 @@ def test_aggregate_writes_the_knobs_effect_per_stage_and_the_headline(tmp_path):
     assert head["parent"] == "filter-twostage" and head["knob"] == "stages.s1.filter=null"
     assert head["headline"]["stage"] == "s2" and head["headline"]["brier_delta"] == s2["brier"]["delta"]
     assert ev["stages"]["s2"]["counts"]["beats_parent"] == "1/1"
-    assert sorted(p.name for p in (out / "plots").iterdir()) == sorted(
-        f"{n}.png" for n in ("prior_posterior", "delta_vs_prior", "reliability", "brier_ms_by_stage", "effect_forest"))
+    from martingale.plots import PLOTS
+    assert sorted(p.name for p in (out / "plots").iterdir()) == sorted(f"{n}.png" for n in PLOTS)
 
 
 @pytest.mark.slow
