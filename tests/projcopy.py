@@ -48,6 +48,17 @@ def make_project(root: Path, code: tuple[str, ...] = ("workflow",), config: str 
     return root
 
 
+# The smoke scale of the end-to-end chains (tests/test_end_to_end.py, tests/test_simulate.py): config.yaml's tail.
+SMOKE = """
+# --- smoke scale (tests/projcopy.py) ---
+world: {n_train: 24, n_heldout: 48, clues_per_question: 4}
+model: {hidden_size: 48, num_layers: 2, num_heads: 2, intermediate_size: 96}
+pretrain: {steps: 400, batch_size: 32}
+distill: {steps: 30, batch_size: 16}
+eval: {n_bootstrap: 100}
+"""
+
+
 @pytest.fixture
 def proj(tmp_path: Path) -> Path:
     """A copy of the fixture conf/ + Snakefile + workflow/ under tmp_path; tests may write there."""

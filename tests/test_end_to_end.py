@@ -20,18 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from projcopy import make_project
+from projcopy import SMOKE, make_project
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
-SMOKE = """
-# --- smoke scale (tests/test_end_to_end.py) ---
-world: {n_train: 24, n_heldout: 48, clues_per_question: 4}
-model: {hidden_size: 48, num_layers: 2, num_heads: 2, intermediate_size: 96}
-pretrain: {steps: 400, batch_size: 32}
-distill: {steps: 30, batch_size: 16}
-eval: {n_bootstrap: 100}
-"""
 
 pytestmark = pytest.mark.slow
 

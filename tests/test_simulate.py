@@ -15,18 +15,11 @@ import numpy as np
 import pytest
 
 from martingale.metrics import entrenched, episode_metrics
-from projcopy import make_project
+from projcopy import SMOKE, make_project
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
-SMOKE = """
-# --- smoke scale (tests/test_simulate.py) ---
-world: {n_train: 24, n_heldout: 48, clues_per_question: 4}
-model: {hidden_size: 48, num_layers: 2, num_heads: 2, intermediate_size: 96}
-pretrain: {steps: 400, batch_size: 32}
-distill: {steps: 30, batch_size: 16}
-eval: {n_bootstrap: 100}
-simulate: {episodes: 24, turns: 2}
+SMOKE_EPISODES = SMOKE + """simulate: {episodes: 24, turns: 2}
 instructor: {train_episodes: 16, iterations: 3}
 """
 
@@ -65,7 +58,7 @@ def test_episode_metrics_give_delta_brier_last_minus_first_and_the_bayes_humans_
 # ------------------------------------------------------------------------------- the chain, for real
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
-    root = make_project(tmp_path_factory.mktemp("sim") / "proj", config=SMOKE, runs=RUNS)
+    root = make_project(tmp_path_factory.mktemp("sim") / "proj", config=SMOKE_EPISODES, runs=RUNS)
     res = subprocess.run([SNAKEMAKE, "--cores", "2", "results/c2-syc/eval.json", "results/c2-truth/eval.json",
                           "results/c3-episode-ms/eval.json"],
                          cwd=root, capture_output=True, text=True)
@@ -136,18 +129,25 @@ class Silent:
         return batch
 
 
-@pytest.mark.slow
-def test_an_empty_instructor_fails_the_episode_stage(built):
+def _play_with(root: Path, instructor, strict: bool = True):
+    """Play c2-syc's episodes with the smoke project's pretrained model as the human and
+    ``instructor(human)`` as the instructor."""
     from martingale.model.backend import open_model
-    from martingale.stages.common import StageError, make_world
+    from martingale.stages.common import make_world
     from martingale.stages.simulate import episode_questions, play
     from martingale.world.episodes import setup
-    cfg = _stage_cfg(built, "c2-syc")
+    cfg = _stage_cfg(root, "c2-syc")
     world = make_world(cfg["world"])
-    human = open_model(_pretrained(built), cfg["model"])
+    human = open_model(_pretrained(root), cfg["model"])
     eps = setup(world, episode_questions(world, cfg["simulate"]), cfg["simulate"], 42)
+    return play(human, instructor(human), world, eps, cfg["simulate"], cfg["prompts"], 42, strict=strict)
+
+
+@pytest.mark.slow
+def test_an_empty_instructor_fails_the_episode_stage(built):
+    from martingale.stages.common import StageError
     with pytest.raises(StageError, match="said nothing"):
-        play(human, Silent(human), world, eps, cfg["simulate"], cfg["prompts"], 42)
+        _play_with(built, Silent)
 
 
 @pytest.mark.slow
@@ -185,18 +185,11 @@ class HalfSilent(Silent):
 
 @pytest.mark.slow
 def test_while_training_an_empty_utterance_marks_its_episode_silent_and_an_all_silent_turn_still_fails(built):
-    from martingale.model.backend import open_model
-    from martingale.stages.common import StageError, make_world
-    from martingale.stages.simulate import episode_questions, play
-    from martingale.world.episodes import setup
-    cfg = _stage_cfg(built, "c2-syc")
-    world = make_world(cfg["world"])
-    human = open_model(_pretrained(built), cfg["model"])
-    eps = lambda: setup(world, episode_questions(world, cfg["simulate"]), cfg["simulate"], 42)
-    played = play(human, HalfSilent(human), world, eps(), cfg["simulate"], cfg["prompts"], 42, strict=False)
+    from martingale.stages.common import StageError
+    played = _play_with(built, HalfSilent, strict=False)
     assert played.silent == [i % 2 == 1 for i in range(len(played.episodes))]
     with pytest.raises(StageError, match="said nothing"):
-        play(human, Silent(human), world, eps(), cfg["simulate"], cfg["prompts"], 42, strict=False)
+        _play_with(built, Silent, strict=False)
 
 
 def test_two_agent_episodes_on_a_chat_prompt_set_are_refused_at_check_naming_prompts(tmp_path):

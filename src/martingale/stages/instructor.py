@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import io, rewards
+from .. import rewards
 from . import stage_kind
 from .common import StageError, log, make_world, seed_everything
 
@@ -75,11 +75,11 @@ def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path
 
     from ..metrics import martingale_fit
     from ..model.backend import open_model
-    from ..model.load import describe, save
     from ..stats import MetricError
     from ..world import episodes as ep_mod
     from .simulate import check_config, play
-    from .train import advantages, check_adapter, lora_policy, serve_policy, update, weights_digest
+    from .train import (advantages, check_adapter, lora_policy, serve_policy, update, weights_digest,
+                        write_trained)
 
     stage, sim, train, seed = cfg["stage"], cfg["simulate"], cfg["instructor"], int(cfg["seed"])
     name = f"instructor stage ({stage['reward']} reward)"
@@ -137,16 +137,11 @@ def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path
                             "silent_episodes": int(sum(played.silent)),
                             "brier_last": round(float(np.nanmean((batch["y"] - batch["stated"]) ** 2)), 6)})
             log.info("%s iteration %d %s (%.0fs)", name, it, history[-1], time.time() - t0)
-        merged = policy.model.merge_and_unload()
     finally:
         human.close()
         start.close()
-    if weights_digest(merged) == start_digest:
-        raise StageError(f"{name}: training did not move the instructor ({len(history)} iterations left the "
-                         "merged weights equal to the start model's)")
-    with io.atomic_dir(out_dir) as tmp:
-        save(merged, start.tokenizer, tmp)
-        io.write_jsonl(tmp / "train.jsonl", history)
-        io.write_json(tmp / "stage.json", {"kind": "instructor", "reward": stage["reward"], "mode": sim["mode"],
-                                           "iterations": len(history), "backend": cfg["model"]["backend"],
-                                           **describe(merged)})
+    write_trained(out_dir, policy, start_digest, start.tokenizer, history,
+                  {"kind": "instructor", "reward": stage["reward"], "mode": sim["mode"],
+                   "iterations": len(history), "backend": cfg["model"]["backend"]},
+                  f"{name}: training did not move the instructor ({len(history)} iterations left the "
+                  "merged weights equal to the start model's)")

@@ -231,6 +231,20 @@ def train_steps(policy: Policy, score: Callable[..., np.ndarray], train_q, ctx, 
     return history
 
 
+def write_trained(out_dir: Path, policy: Policy, start_digest: str, tokenizer, history: list[dict[str, Any]],
+                  info: dict[str, Any], unmoved: str) -> None:
+    """Merge the adapter and write out_dir/model, train.jsonl and stage.json (``info`` and where the
+    model lives); a merged model equal to the start model fails the stage with ``unmoved`` instead."""
+    from ..model.load import describe, save
+    merged = policy.model.merge_and_unload()
+    if weights_digest(merged) == start_digest:
+        raise StageError(unmoved)
+    with io.atomic_dir(out_dir) as tmp:
+        save(merged, tokenizer, tmp)
+        io.write_jsonl(tmp / "train.jsonl", history)
+        io.write_json(tmp / "stage.json", {**describe(merged), **info})
+
+
 @stage_kind("train", "step", keys=("world", "model", "elicit", "judge", "prompts"), inputs=("start_model", "judge_model"),
             per_seed=True, serves=True)
 def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path) -> None:
@@ -239,7 +253,6 @@ def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path
     from ..beliefs.elicit import judge_needed, probe_prompts
     from ..beliefs.readers import ReadContext
     from ..model.backend import open_models
-    from ..model.load import describe, save
 
     stage, elicit, seed = cfg["stage"], cfg["elicit"], int(cfg["seed"])
     name = f"train stage ({stage['reward']} reward)"
@@ -270,15 +283,10 @@ def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path
     if not history:
         raise StageError(f"{name}: no training step ran ({len(train_q)} questions < "
                          f"batch_questions {stage['batch_questions']})")
-    merged = policy.model.merge_and_unload()
-    if weights_digest(merged) == start_digest:
-        raise StageError(f"{name}: training did not move the model ({len(history)} steps left the "
-                         "merged weights equal to the start model's: zero advantages or all-masked batches?)")
-    with io.atomic_dir(out_dir) as tmp:
-        save(merged, start.tokenizer, tmp)
-        io.write_jsonl(tmp / "train.jsonl", history)
-        io.write_json(tmp / "stage.json", {"kind": "train", "reward": stage["reward"], "steps": len(history),
-                                           "filter": filter_info, "backend": cfg["model"]["backend"], **describe(merged), **guards,
-                                           **ctx.stats()})
+    write_trained(out_dir, policy, start_digest, start.tokenizer, history,
+                  {"kind": "train", "reward": stage["reward"], "steps": len(history), "filter": filter_info,
+                   "backend": cfg["model"]["backend"], **guards, **ctx.stats()},
+                  f"{name}: training did not move the model ({len(history)} steps left the merged weights "
+                  "equal to the start model's: zero advantages or all-masked batches?)")
     checkpoint.remove(ckpt)
     shutil.rmtree(policy.adapter_dir, ignore_errors=True)
