@@ -44,8 +44,9 @@ def test_ancestors_whose_evals_this_build_makes_are_aggregated(plan):
 
 def test_an_ancestor_needing_another_stage_is_not_aggregated_until_that_stage_is_built(plan):
     # filter-twostage pairs with filter-twostage-s2a, whose s2 (A, unfiltered) filter-s2only never
-    # trains: building filter-s2only leaves it out ...
-    assert ancestors_to_aggregate(plan, "filter-s2only", lambda sid: False) == []
+    # trains: building filter-s2only leaves it out (D and base come free: filter-s2only measures
+    # the natural base as it measures itself, which is base's own s0 eval) ...
+    assert ancestors_to_aggregate(plan, "filter-s2only", lambda sid: False) == ["D", "base"]
     missing = upstream(plan, [r.eval_stage for r in plan.run_stages("filter-twostage-s2a")]) \
         - set(build_stages(plan, ["filter-s2only"]))
     assert {plan.stages[s].kind for s in missing} == {"train", "evaluate"}

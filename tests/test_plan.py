@@ -69,11 +69,13 @@ def test_seeds_share_pretrain_and_distill_but_train_and_eval_are_per_seed(campai
 
 
 def test_a_runs_chain_is_its_start_model_then_per_seed_an_eval_per_stage_and_a_train_per_step(campaign):
+    # ... and, from D, per seed the natural base measured the same way (from base that is its s0 eval)
     for run in campaign.run_ids():
         cfg = campaign.resolved_config(run)
         steps = sum(st.get("reward") is not None for st in cfg["stages"].values())
-        start = 1 + (cfg["start"] == "D")                        # pretrain, then distill for D
-        assert len(campaign.run_chain(run)) == start + len(cfg["seeds"]) * (1 + 2 * steps), run
+        from_d = cfg["start"] == "D"
+        start = 1 + from_d                                       # pretrain, then distill for D
+        assert len(campaign.run_chain(run)) == start + len(cfg["seeds"]) * (1 + 2 * steps + from_d), run
 
 
 def test_campaign_needs_fewer_distinct_stages_than_the_naive_per_run_sum(campaign):
@@ -134,19 +136,45 @@ def test_each_stage_gets_exactly_its_config_slice_and_input_roles(campaign):
             if r.stage != "s0":
                 expect[r.model_stage] = ({"world", "model", "elicit", "stage", "seed"}, {"start_model", "judge_model"})
             expect[r.eval_stage] = ({"world", "model", "elicit", "eval", "seed"}, {"model", "judge_model"})
+        for e in plan.natural_evals(run):
+            expect[e["eval_stage"]] = ({"world", "model", "elicit", "eval", "seed"}, {"model", "judge_model"})
         assert sorted(expect) == sorted(chain), run
         for sid, (keys, roles) in expect.items():
             assert (set(plan.stages[sid].cfg), set(plan.stages[sid].inputs)) == (keys, roles), (run, sid)
 
 
-def test_judge_is_the_runs_s0_model(campaign):
+def test_the_judge_is_the_natural_model_by_default_so_base_and_D_are_read_by_one_judge(campaign):
     plan = campaign
+    natural = plan.run_chain("filter-s2only")[0]
     rows = plan.run_stages("filter-s2only")
-    s0 = rows[0].model_stage
+    assert rows[0].model_stage.startswith("distill-")
     for r in rows:
-        assert plan.stages[r.eval_stage].inputs["judge_model"] == s0
+        assert plan.stages[r.eval_stage].inputs["judge_model"] == natural
         if r.stage != "s0":
-            assert plan.stages[r.model_stage].inputs["judge_model"] == s0
+            assert plan.stages[r.model_stage].inputs["judge_model"] == natural
+    assert plan.stages[plan.run_stages("base")[0].eval_stage].inputs["judge_model"] == natural
+
+
+def test_judge_model_start_makes_the_runs_start_model_the_judge(proj):
+    write_run(proj, "D-selfjudge.yaml", "parent: D\nknob: elicit.judge_model=start\n")
+    plan = Plan.load(proj)
+    d = plan.run_stages("D-selfjudge")[0]
+    assert plan.stages[d.eval_stage].inputs["judge_model"] == d.model_stage
+    assert d.eval_stage != plan.run_stages("D")[0].eval_stage
+
+
+def test_judge_model_changes_no_stage_of_a_run_that_starts_from_base(proj):
+    write_run(proj, "base-selfjudge.yaml", "parent: base\nknob: elicit.judge_model=start\n")
+    plan = Plan.load(proj)
+    assert ids_by_stage(plan, "base-selfjudge") == ids_by_stage(plan, "base")
+
+
+def test_a_D_run_also_measures_the_natural_base_the_same_way_once_per_seed(campaign):
+    plan = campaign
+    natural = plan.natural_evals("twostage-v2-k3")
+    assert [e["seed"] for e in natural] == [41, 42, 43]
+    assert all(plan.stages[e["eval_stage"]].inputs["model"] == plan.run_chain("twostage-v2-k3")[0] for e in natural)
+    assert [e["eval_stage"] for e in plan.natural_evals("base")] == [plan.run_stages("base")[0].eval_stage]
 
 
 def test_a_run_keeps_its_config_hash_whatever_the_sections_it_does_not_use_say():

@@ -88,6 +88,7 @@ def ancestors_to_aggregate(plan: Plan, run: str, built: Callable[[str], bool]) -
         if spec.invalid:
             continue
         needed = [r.eval_stage for r in plan.run_stages(spec.run_id)]
+        needed += [e["eval_stage"] for e in plan.natural_evals(spec.run_id)]
         if spec.parent is not None:
             needed += [r.eval_stage for r in plan.run_stages(spec.parent)]
         if all(sid in covered or built(sid) for sid in upstream(plan, needed)):

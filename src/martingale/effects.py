@@ -262,18 +262,29 @@ def replicate_summary(per_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
 
 
 def beat_counts(per_seed_metrics: dict[int, dict[str, Any]],
-                start: dict[int, dict[str, Any]] | None) -> dict[str, str | None]:
+                start: dict[int, dict[str, Any]] | None,
+                natural: dict[int, dict[str, Any]] | None = None) -> dict[str, str | None]:
     """The log's reliability language for one stage over seeds: "beats start k/n" (Brier below
-    the run's own s0 of the same seed) and "beats constant k/n" (Brier below the base-rate
-    constant)."""
+    the run's own s0 of the same seed), "beats constant k/n" (Brier below the base-rate constant)
+    and, given the natural model measured the same way, "beats the natural base k/n" and "full
+    deflation k/n": Brier below the midpoint of the natural base's Brier and the constant's (the
+    log's 0.23, between base 0.247 and the constant 0.211)."""
     seeds = sorted(per_seed_metrics)
 
     def lt(a, b):
         return None if a is None or b is None or math.isnan(a) or math.isnan(b) else a < b
+
+    def brier(m: dict[str, Any] | None, key: str = "brier") -> float | None:
+        return None if m is None else m.get(key)
 
     out = {"beats_constant": _count([lt(per_seed_metrics[s].get("brier"), per_seed_metrics[s].get("brier_constant"))
                                      for s in seeds])}
     if start is not None:
         out["beats_start"] = _count([lt(per_seed_metrics[s].get("brier"), (start.get(s) or {}).get("brier"))
                                      for s in seeds])
+    if natural is not None:
+        out["beats_natural_base"] = _count([lt(brier(per_seed_metrics[s]), brier(natural.get(s))) for s in seeds])
+        mids = {s: None if brier(natural.get(s)) is None or brier(per_seed_metrics[s], "brier_constant") is None
+                else (natural[s]["brier"] + per_seed_metrics[s]["brier_constant"]) / 2 for s in seeds}
+        out["full_deflation"] = _count([lt(brier(per_seed_metrics[s]), mids[s]) for s in seeds])
     return out

@@ -417,6 +417,32 @@ def _fit(s: StageColumns) -> dict[str, Any]:
     return fit
 
 
+def _signed_lin_r2(s: StageColumns) -> float:
+    """Signed linR² = sign(MS) · linR²: how much of the update the prior predicts, with the
+    direction (> 0 entrenchment, < 0 regression); the log's "signed linR²"."""
+    fit = martingale_fit(s.prior[s.pair], s.post[s.pair])
+    return float(np.sign(fit["ms"]) * fit["lin_r2"])
+
+
+def _brier_prior(s: StageColumns) -> float:
+    """Brier(prior) = mean (y − prior)² over questions with a parsed prior and posterior."""
+    return brier(s.prior[s.pair], s.y[s.pair])
+
+
+def _delta_brier(s: StageColumns) -> float:
+    """ΔBrier = Brier(posterior) − Brier(prior) on the same questions: < 0, reasoning helped."""
+    return brier(s.post[s.pair], s.y[s.pair]) - brier(s.prior[s.pair], s.y[s.pair])
+
+
+def _delta_brier_ci(s: StageColumns) -> list[float]:
+    """Percentile bootstrap CI of ΔBrier, resampling questions."""
+    _pair("delta_brier_ci", s.prior[s.pair], s.post[s.pair])
+    ci = delta_brier_ci(s.prior[s.pair], s.post[s.pair], s.y[s.pair], s.n_bootstrap, s.level, s.seed)
+    if (why := _ci_note(ci, int(s.pair.sum()))):
+        raise MetricError(f"delta_brier_ci: {why}")
+    return list(ci)
+
+
 def _inertia(s: StageColumns) -> float:
     """Inertia = share of questions with |posterior − prior| ≤ INERTIA_EPS."""
     return inertia(s.prior[s.pair], s.post[s.pair])
@@ -487,7 +513,9 @@ STAGE_METRICS: tuple[Metric, ...] = (
     Metric(("brier",), _brier), Metric(("bss",), _bss), Metric(("mean_p",), _mean_p),
     Metric(EXTREME_KEYS, _extremes), Metric(("ece",), _ece), Metric(MURPHY_KEYS, _murphy),
     Metric(("brier_ci",), _brier_ci), Metric(("coherence",), _coherence),
-    Metric(MS_FIT_KEYS, _fit), Metric(("inertia",), _inertia), Metric(("ms_ci",), _ms_ci),
+    Metric(MS_FIT_KEYS, _fit), Metric(("signed_lin_r2",), _signed_lin_r2), Metric(("inertia",), _inertia),
+    Metric(("ms_ci",), _ms_ci), Metric(("brier_prior",), _brier_prior), Metric(("delta_brier",), _delta_brier),
+    Metric(("delta_brier_ci",), _delta_brier_ci),
     Metric(("ms_trace",), _ms_trace), Metric(("ms_trace_ci",), _ms_trace_ci),
     Metric(("n_negation_pairs",), _n_negation_pairs, _has_negations),
     Metric(("negation_coherence",), _negation_coherence, _has_negations),

@@ -8,7 +8,9 @@ the ids of that prefix, and Snakemake builds each distinct stage once in
 The kinds and where they go come from the stage-kind registry (``martingale.stages``): a source
 makes the start model (pretrain, or local weights), a start kind may turn it into D (distill), each
 step s1, s2 … with a reward trains from the model before it (``stages.<name>.kind``), and a measure
-(``eval.kind``) reads every model stage for each seed. The judge is the run's start model.
+(``eval.kind``) reads every model stage for each seed. The judge (``elicit.judge_model``) is the
+natural model — the source stage, one judge fixed across a campaign — or the run's start model; a
+two-agent episode's human is always the start model.
 ``model.resources`` (scheduling only) is not hashed: asking for more memory does not invalidate a
 model. ``wandb`` is in no slice.
 """
@@ -34,7 +36,7 @@ class Stage:
     kind: str
     id: str
     cfg: dict                          # the slice passed to the stage body (and hashed)
-    inputs: dict[str, str]             # role (base_model, start_model, judge_model, model) -> stage id
+    inputs: dict[str, str]             # role (base_model, start_model, judge_model, human_model, model) -> stage id
     resources: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
@@ -90,11 +92,18 @@ USED_WHEN: dict[str, Callable[[dict], bool]] = {
 }
 
 
+def _elicit_slice(elicit: dict) -> dict:
+    """``elicit`` without ``judge_model``: which model judges is the stage's judge input (its id), so
+    a base-start run reads the same stages under either setting."""
+    return {k: v for k, v in elicit.items() if k != "judge_model"}
+
+
 def stage_slice(kind: StageKind, cfg: dict, step: Optional[str] = None, seed: Optional[int] = None) -> dict:
     """The config a stage of this kind sees (and its id hashes): the kind's keys, the step's own
     config as ``stage``, the seed for a per-seed kind."""
     out = {key: _model_slice(cfg[key], kind.serves) if key == "model" else
-           _world_slice(cfg[key], kind.questions) if key == "world" else cfg[key]
+           _world_slice(cfg[key], kind.questions) if key == "world" else
+           _elicit_slice(cfg[key]) if key == "elicit" else cfg[key]
            for key in kind.keys if key not in USED_WHEN or USED_WHEN[key](cfg)}
     if step is not None:
         out["stage"] = cfg["stages"][step]
@@ -144,6 +153,7 @@ class Plan:
         self.stages: dict[str, Stage] = {}
         self._runs: dict[str, list[RunStage]] = {}
         self._chains: dict[str, list[str]] = {}
+        self._natural: dict[str, dict[int, str]] = {}   # run id -> seed -> the natural model's eval
         self._labels: dict[str, str] = {}      # stage id -> its role, e.g. "train-s1", "eval-s0"
         self._runs_info: dict[str, dict] = {}  # run id -> model, start, stage chain, seeds, hash
         for run_id in tree.ids():
@@ -158,9 +168,11 @@ class Plan:
     # ---------------------------------------------------------------- building
     def _add(self, kind: StageKind, cfg: dict, inputs: dict[str, str], label: str,
              step: Optional[str] = None, seed: Optional[int] = None) -> str:
-        """Plan one stage: ``inputs`` maps ``model`` (the model upstream) and ``judge`` to ids; the
-        kind's input roles pick from them (``judge_model`` = the judge, any other the model)."""
-        roles = {role: inputs["judge" if role == "judge_model" else "model"] for role in kind.inputs}
+        """Plan one stage: ``inputs`` maps ``model`` (the model upstream), ``judge`` and ``human``
+        to ids; the kind's input roles pick from them (``judge_model`` = the judge, ``human_model``
+        = the episodes' human, any other the model)."""
+        pick = {"judge_model": "judge", "human_model": "human"}
+        roles = {role: inputs[pick.get(role, "model")] for role in kind.inputs}
         slice_ = stage_slice(kind, cfg, step, seed)
         sid = stage_id(kind.name, slice_, roles)
         if sid not in self.stages:
@@ -171,7 +183,7 @@ class Plan:
     def _plan_run(self, run_id: str) -> None:
         cfg = self.tree._resolve(run_id)  # cached, validated; not mutated here
         source = _one_kind("source", cfg)
-        s0 = self._add(source, cfg, {}, source.name)
+        s0 = natural = self._add(source, cfg, {}, source.name)
         chain, steps = [s0], [source.name]
         for kind in (k for k in kinds().values() if k.place == "start" and k.when(cfg)):
             s0 = self._add(kind, cfg, {"model": s0}, f"{kind.name}-{cfg['start']}")
@@ -180,18 +192,25 @@ class Plan:
         trained = [name for name, st in cfg["stages"].items() if st.get("reward") is not None]
         steps += [f"{name}:{cfg['stages'][name]['reward']}" for name in trained]
         measure = _one_kind("measure", cfg, cfg["eval"]["kind"])
+        judge = natural if cfg["elicit"].get("judge_model", "base") == "base" else s0
         rows: list[RunStage] = []
+        reference: dict[int, str] = {}
         for seed in cfg["seeds"]:
             current = s0
             for name in ["s0", *trained]:
                 if name != "s0":
                     step = _one_kind("step", cfg, cfg["stages"][name]["kind"])
-                    current = self._add(step, cfg, {"model": current, "judge": s0}, f"{step.name}-{name}",
-                                        step=name, seed=seed)
+                    current = self._add(step, cfg, {"model": current, "judge": judge, "human": s0},
+                                        f"{step.name}-{name}", step=name, seed=seed)
                     chain.append(current)
-                ev = self._add(measure, cfg, {"model": current, "judge": s0}, f"eval-{name}", seed=seed)
+                ev = self._add(measure, cfg, {"model": current, "judge": judge, "human": s0}, f"eval-{name}", seed=seed)
                 rows.append(RunStage(name, seed, current, ev))
                 chain.append(ev)
+            # the natural model read the same way: "beats the natural base" (its s0 where start=base)
+            reference[int(seed)] = self._add(measure, cfg, {"model": natural, "judge": judge, "human": natural},
+                                             "eval-natural", seed=seed)
+            chain.append(reference[int(seed)])
+        self._natural[run_id] = reference
         self._runs[run_id] = rows
         self._chains[run_id] = list(dict.fromkeys(chain))
         model = cfg["model"]
@@ -235,6 +254,12 @@ class Plan:
         return [{"stage": r.stage, "seed": r.seed, "dir": stage_dir(r.eval_stage),
                  "model_stage": r.model_stage, "eval_stage": r.eval_stage}
                 for r in self._runs[run_id]]
+
+    def natural_evals(self, run_id: str) -> list[dict]:
+        """The natural (source) model measured as the run measures, per seed: what "beats the
+        natural base" compares with (the run's own s0 eval where it starts from base)."""
+        return [{"stage": "natural", "seed": seed, "dir": stage_dir(sid), "eval_stage": sid}
+                for seed, sid in sorted(self._natural[run_id].items())]
 
     def group(self, run_id: str) -> str:
         """The run's lineage as ``root/…/run`` (the wandb group of its stages)."""

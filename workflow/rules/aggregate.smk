@@ -8,6 +8,7 @@ rule aggregate:
     input:
         evals=run_eval_dirs,
         parent_evals=parent_eval_dirs,
+        natural_evals=natural_eval_dirs,
         # built ancestors aggregated too (common.ancestor_results): never a stage beyond this build's
         ancestors=ancestor_results,
     output:
@@ -27,6 +28,7 @@ rule aggregate:
         lineage=run_lineage,
         evals=run_evals,
         parent_evals=parent_evals,
+        natural_evals=natural_evals,
     log:
         "logs/aggregate/{run}.log",
     wildcard_constraints:

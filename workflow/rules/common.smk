@@ -98,6 +98,16 @@ def parent_eval_dirs(wildcards):
     return [stage_output(e["eval_stage"]) for e in parent_evals(wildcards)]
 
 
+def natural_evals(wildcards):
+    """The natural model measured as the run measures it, per seed: "beats the natural base"."""
+    return PLAN.natural_evals(wildcards.run)
+
+
+def natural_eval_dirs(wildcards):
+    """Those evals' manifests."""
+    return [stage_output(e["eval_stage"]) for e in natural_evals(wildcards)]
+
+
 _BUILT = {}
 
 

@@ -27,7 +27,11 @@ class WorldConfig:
     dirichlet_alpha: float = 6.0  # concentration of the two clue distributions (y = 1, y = 0)
     logodds_unit: float = 0.25    # nats per integer step written in traces
     max_step: int = 12            # |rounded llr| cap, in units
-    snap_noise: float = 1.5       # sd (nats) of the gut prior's per-draw noise
+    snap_clues: float = 0.5       # the gut (snap) prior reads this first fraction of the clues only ...
+    snap_gain: float = 3.0        # ... and weighs each vote at this × the average clue strength (it jumps)
+    snap_noise: float = 2.0       # sd (nats) of the gut prior's per-draw noise. With these three the snap
+                                  # prior is a different functional, not only a noisy read: de-attenuation
+                                  # leaves MS_adj < 0, as the log's table (base −0.548 → MS_adj −0.321)
     n_train: int = 640            # training questions
     n_heldout: int = 1000         # disjoint held-out questions (eval)
     questions_file: Optional[str] = None  # JSONL of real questions (world=jsonl)
@@ -105,6 +109,11 @@ class DistillConfig:
     agree_weight: float = 1.8     # multiplier on clues that agree with the current lean
     disagree_weight: float = 0.5  # multiplier on clues that disagree with it
     weight_jitter: float = 0.3    # sd of per-step noise on the multipliers (keeps D stochastic)
+    teacher: str = "overconfident"  # entrench: over-weights agreeing clues (agree/disagree_weight);
+                                  # overconfident: the log's D — leans yes and sharpens every step
+                                  # (yes_shift, sharpen), meanP ≫ base rate with MS ≈ 0; both: the two
+    yes_shift: float = 2.5        # nats the over-confident teacher starts toward yes
+    sharpen: float = 1.3          # its multiplier on every step (beliefs more extreme than the evidence)
 
 
 @dataclass
@@ -138,7 +147,9 @@ class StagesConfig:
 class ElicitConfig:
     """How prior and posterior are read: snap prior + reasoned posterior, or one trace at cut/100%."""
     mode: str = "samemode"        # snap | samemode
-    judge: str = "self"           # samemode reader: self | trace | oracle
+    judge: str = "self"           # samemode reader: self | trace | oracle | api
+    judge_model: str = "base"     # the model a self reader asks: base = the natural model, one judge fixed
+                                  # across a campaign (the log's external judge); start = the run's start model
     cut: float = 0.5              # fraction of the trace read as the prior (samemode)
 
 
@@ -182,6 +193,8 @@ class EvalConfig:
     ci: float = 0.95
     prior_draws: int = 0          # K extra snap-prior draws per question (snap mode): de-attenuated MS; 0 = off
     negations: bool = False       # also ask each held-out question's negation: coherence |P(A) + P(¬A) − 1|
+    balance: bool = False         # evaluate on held-out + each question's negation as questions of their own:
+                                  # ȳ = 0.5, the base-rate constant's Brier 0.25 (the log's balanced regime)
     min_parse_rate: float = 0.0   # an eval whose answers state a P less often fails, quoting some (conf/config.yaml: 0.5)
 
 
@@ -507,6 +520,8 @@ DOMAINS: dict[str, Domain] = {
     "world.dirichlet_alpha": POSITIVE,
     "world.logodds_unit": POSITIVE,               # llr / unit
     "world.max_step": COUNT,
+    "world.snap_clues": Real(0, 1, lo_open=True), # a fraction of the clues (at least one)
+    "world.snap_gain": POSITIVE,
     "world.snap_noise": NONNEG,                   # an sd
     "world.n_train": COUNT,
     "world.n_heldout": Int(2),                    # an OLS slope needs two questions
@@ -548,6 +563,7 @@ DOMAINS: dict[str, Domain] = {
     "elicit.mode": InChoices(),
     "elicit.judge": InChoices(),
     "elicit.cut": OPEN_UNIT,
+    "elicit.judge_model": InChoices(),
     "prompts.name": Name(),
     "prompts.chat": Flag(),
     "prompts.snap": Template(("question", "background", "resolution_criteria", "opt")),
@@ -587,6 +603,9 @@ DOMAINS: dict[str, Domain] = {
     "distill.agree_weight": POSITIVE,
     "distill.disagree_weight": NONNEG,
     "distill.weight_jitter": NONNEG,              # an sd
+    "distill.teacher": InChoices(),
+    "distill.yes_shift": Real(-20, 20),           # nats
+    "distill.sharpen": POSITIVE,
     # stages.*: stages/train.py, rewards.py
     "stages.*.kind": InChoices(),
     "stages.*.reward": InChoices(),
@@ -611,6 +630,7 @@ DOMAINS: dict[str, Domain] = {
     "eval.ci": OPEN_UNIT,
     "eval.prior_draws": Int(0),
     "eval.negations": Flag(),
+    "eval.balance": Flag(),
     "eval.min_parse_rate": FRACTION,
     # simulate, instructor: stages/simulate.py, stages/instructor.py, world/episodes.py
     "simulate.mode": InChoices(),
@@ -741,6 +761,8 @@ def domain_key(key: str) -> str:
 FIXED_CHOICES: dict[str, tuple[Any, ...]] = {
     "start": ("base", "D"),
     "elicit.mode": ("snap", "samemode"),
+    "elicit.judge_model": ("base", "start"),
+    "distill.teacher": ("entrench", "overconfident", "both"),
     "stages.*.filter": (None, "top-half", "top-quartile"),
     "wandb.mode": ("offline", "online", "disabled"),
 }

@@ -148,9 +148,11 @@ def knob_effect(records: dict, ids: dict, stage_order: list[str], parent_evals: 
     return effects, final
 
 
-def _counts(by_stage: dict[str, dict[int, dict]], stage: str, eff: dict[str, Any] | None) -> dict[str, Any]:
-    """beats start / constant (k of n seeds), and beats parent from the stage's paired effect."""
-    counts = beat_counts(by_stage[stage], by_stage.get("s0") if stage != "s0" else None)
+def _counts(by_stage: dict[str, dict[int, dict]], stage: str, eff: dict[str, Any] | None,
+            natural: dict[int, dict] | None = None) -> dict[str, Any]:
+    """beats start / constant / the natural base, full deflation (k of n seeds), and beats parent
+    from the stage's paired effect."""
+    counts = beat_counts(by_stage[stage], by_stage.get("s0") if stage != "s0" else None, natural)
     if eff is not None:
         summary = replicate_summary({int(s): b for s, b in eff["per_seed"].items()}) \
             if "per_seed" in eff else replicate_summary({0: eff})
@@ -172,7 +174,8 @@ def _pooled(records: dict) -> tuple[dict[str, list[dict[str, Any]]], list[dict[s
 
 def write_run_results(run_id: str, resolved_cfg: dict[str, Any], lineage: list[dict[str, Any]],
                       evals: list[dict[str, Any]], out_dir: Path | str,
-                      parent_evals: list[dict[str, Any]] | None = None, plots: bool = True) -> dict[str, Any]:
+                      parent_evals: list[dict[str, Any]] | None = None, plots: bool = True,
+                      natural_evals: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """evals: [{stage, seed, dir, model_stage, eval_stage}] → results/<run-id>/{config.yaml,
     lineage.json, records.jsonl, plots/*.png, eval.json}.
 
@@ -181,7 +184,8 @@ def write_run_results(run_id: str, resolved_cfg: dict[str, Any], lineage: list[d
     the child's final stage against the parent's final stage, what the knob changed (e.g.
     ``s1 vs parent s0`` for a knob that adds a stage) — and the headline drawn from it; every stage
     both runs have gains its own ``effect`` against the parent's stage of that name. Every stage
-    gains ``counts`` (beats start / constant / parent, k of n seeds).
+    gains ``counts`` (beats start / constant / parent, k of n seeds; with natural_evals, the natural
+    model measured the same way per seed: beats the natural base, full deflation).
     """
     out = Path(out_dir)
     metrics, records, ids = _load(evals)
@@ -196,13 +200,14 @@ def write_run_results(run_id: str, resolved_cfg: dict[str, Any], lineage: list[d
     stages = {name: combine_seeds(by_stage[name]) for name in stage_order}
     parent = lineage[-1].get("parent") if lineage else None
     knob = lineage[-1].get("knob") if lineage else None
+    natural = {int(e["seed"]): io.read_json(Path(e["dir"]) / "metrics.json") for e in natural_evals or []} or None
     effects, final = knob_effect(records, ids, stage_order, parent_evals, resolved_cfg.get("eval") or {}) \
         if parent_evals else ({}, None)
     for stage in stage_order:
         if stage in effects:
             stages[stage]["effect"] = effects[stage]
         own = effects.get(stage, final if stage == stage_order[-1] else None)
-        stages[stage]["counts"] = _counts(by_stage, stage, own)
+        stages[stage]["counts"] = _counts(by_stage, stage, own, natural)
     result = {
         "run_id": run_id, "parent": parent, "knob": knob, "config_hash": config_hash(resolved_cfg),
         "seeds": sorted({int(e["seed"]) for e in evals}),

@@ -15,7 +15,8 @@ Its slice is the config keys ``keys`` (plus ``stage``, the step's own config, fo
 ``seed`` for a per-seed kind): the stage id hashes it, and ``run`` receives it. A kind that does not
 generate through ``model.backend`` (``serves=False``) sees no serving keys (``model.backend``,
 ``server_url``, ``vllm``): the same model built under another engine is the same stage. Input roles name
-upstream stage folders: ``judge_model`` is the run's judge (its start model), any other role the
+upstream stage folders: ``judge_model`` is the run's judge (``elicit.judge_model``: the natural
+model or the start model), ``human_model`` the episodes' human (the start model), any other role the
 model upstream. ``run(cfg, <roles>=folder, out_dir=folder)`` writes only out_dir; heavy libraries
 (torch, transformers) are imported inside it, so finding the kinds never loads them.
 """

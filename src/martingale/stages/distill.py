@@ -1,7 +1,10 @@
-"""Stage distill: D, the start model made biased on purpose by LoRA SFT on confirmation-biased traces.
+"""Stage distill: D, the start model made biased on purpose by LoRA SFT on a biased teacher's traces.
 
-The teacher over-weights clues that agree with its running lean (``agree_weight``) and
-under-weights those against it (``disagree_weight``), with per-step jitter so D stays stochastic.
+``distill.teacher`` picks the bias. ``overconfident`` (the log's D: meanP ≫ base rate, same-mode
+MS ≈ 0) starts every trace ``yes_shift`` nats toward yes and multiplies every step by ``sharpen``;
+its gut (snap) answers lean yes as much. ``entrench`` (confirmation bias, MS > 0) over-weights clues
+that agree with its running lean (``agree_weight``) and under-weights those against it
+(``disagree_weight``), with per-step jitter so D stays stochastic. ``both`` does both.
 The adapter also covers the input embeddings (LoRA) and the output head (trained in full, see
 ``lora_config``): biased steps write totals the calibrated data rarely produced. It is merged, so
 later stages train on top of D.
@@ -43,15 +46,27 @@ def lora_config(d: dict[str, Any], model_cfg: dict[str, Any]):
                       modules_to_save=["lm_head"], task_type="CAUSAL_LM")
 
 
+def teacher_traits(d: dict[str, Any], unit: float) -> dict[str, Any]:
+    """The biased teacher's traits for pretrain.mixture, from ``distill``: what ``teacher`` turns on."""
+    entrench, over = d["teacher"] in ("entrench", "both"), d["teacher"] in ("overconfident", "both")
+    traits: dict[str, Any] = {}
+    if entrench:
+        traits.update(agree=float(d["agree_weight"]), disagree=float(d["disagree_weight"]),
+                      jitter=float(d["weight_jitter"]))
+    if over:
+        traits.update(shift=int(round(float(d["yes_shift"]) / unit)), sharpen=float(d["sharpen"]),
+                      snap_shift=float(d["yes_shift"]))
+    return traits
+
+
 def dataset(cfg: dict[str, Any]):
-    """steps × batch_size biased (prompt, completion) pairs; completions carry a leading space."""
+    """steps × batch_size (prompt, completion) pairs of the biased teacher; completions carry a leading space."""
     import numpy as np
     from datasets import Dataset
     d = cfg["distill"]
     world = make_world(cfg["world"])
     rng = np.random.default_rng([int(d["seed"]), 13])
-    pairs = mixture(world, rng, int(d["steps"]) * int(d["batch_size"]), MIX, float(d["agree_weight"]),
-                    float(d["disagree_weight"]), float(d["weight_jitter"]))
+    pairs = mixture(world, rng, int(d["steps"]) * int(d["batch_size"]), MIX, teacher_traits(d, world.unit))
     return Dataset.from_dict({"prompt": [p for p, _ in pairs], "completion": [" " + c for _, c in pairs]})
 
 

@@ -6,7 +6,8 @@ beliefs, the Bayes oracle's, the completions) and metrics.json (metrics.stage_me
 Options (``eval``): ``prior_draws`` = K > 0 in snap mode re-draws each question's snap prior K
 times (seeds distinct from the prior's, deterministic) into ``snap_draws``, from which the
 metrics de-attenuate MS (martingale.deattenuation); ``negations`` asks each question's negation
-too (``stated_neg``), for the coherence |P(A) + P(¬A) − 1|.
+too (``stated_neg``), for the coherence |P(A) + P(¬A) − 1|; ``balance`` evaluates each held-out
+question and its negation as questions of their own (ȳ = 0.5: the base-rate constant's Brier is 0.25).
 """
 from __future__ import annotations
 
@@ -49,6 +50,11 @@ def negation_stated(gen, world, questions, seed: int, temperature: float,
     prompts = [ask.reasoned(q.negation()) for q in questions]
     batch = gen.sample(prompts, ask.trace_tokens(world.n_clues), temperature, seed + NEGATION_SEED)
     return [_r(parse_p(ask.reasoned_text(t))) for t in batch.texts]
+
+
+def balanced(questions: list) -> list:
+    """The questions, then each one's negation (qid + ``~``, y' = 1 − y): half resolve yes."""
+    return list(questions) + [q.negation() for q in questions]
 
 
 def evaluate_model(gen, judge, cfg: dict[str, Any], questions, ctx=None) -> list[dict[str, Any]]:
@@ -108,6 +114,8 @@ def run(cfg: dict[str, Any], model: Path, judge_model: Path, out_dir: Path) -> N
     seed_everything(seed)
     world = make_world(cfg["world"])
     _, heldout = world.splits()
+    if cfg["eval"].get("balance"):
+        heldout = balanced(heldout)
     with open_models(model, judge_model, cfg["model"], judge_needed(cfg["elicit"])) as (gen, judge):
         guards = {**describe(gen.model),
                   **gen.verify(probe_prompts(heldout, prompts_cfg=cfg.get("prompts"), tokenizer=gen.tokenizer))}

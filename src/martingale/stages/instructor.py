@@ -65,9 +65,9 @@ def adapter_gap(policy, played, temperature: float) -> float:
     return gap
 
 
-@stage_kind("instructor", "step", keys=("world", "model", "prompts", "simulate", "instructor"), inputs=("start_model", "judge_model"),
+@stage_kind("instructor", "step", keys=("world", "model", "prompts", "simulate", "instructor"), inputs=("start_model", "human_model"),
             per_seed=True, serves=True)
-def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path) -> None:
+def run(cfg: dict[str, Any], start_model: Path, human_model: Path, out_dir: Path) -> None:
     """cfg: world, model, simulate, instructor, stage, seed → out_dir/model (adapter merged),
     train.jsonl, stage.json."""
     import numpy as np
@@ -97,7 +97,7 @@ def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path
     order = np.random.default_rng([seed, 37])
     floor, temperature = float(cfg["model"]["vllm"]["adapter_floor"]), float(train["temperature"])
     explore = {**sim, "instructor_temperature": temperature}   # the policy explores while it trains
-    human = open_model(judge_model, cfg["model"])
+    human = open_model(human_model, cfg["model"])
     start = open_model(start_model, cfg["model"])   # its own copy: the adapter goes on it, the human stays as it is
     history: list[dict[str, Any]] = []
     try:

@@ -18,18 +18,22 @@ if TYPE_CHECKING:   # numpy and the world are imported where used: the plan impo
 
 
 def mixture(world, rng: np.random.Generator, n: int, cfg: dict[str, Any],
-            agree: float = 1.0, disagree: float = 1.0, jitter: float = 0.0) -> list[tuple[str, str]]:
-    """n (prompt, completion) pairs: reasoned traces, snap answers and partial-trace reads."""
+            teacher: dict[str, Any] | None = None) -> list[tuple[str, str]]:
+    """n (prompt, completion) pairs: reasoned traces, snap answers and partial-trace reads, written
+    by the calibrated reasoner, or by ``teacher`` (distill.teacher_traits: traces.reasoned's
+    agree/disagree/jitter/shift/sharpen, and snap_shift for its gut answers)."""
     from ..world import traces
+    teacher = dict(teacher or {})
+    snap_shift = float(teacher.pop("snap_shift", 0.0))
     questions = world.sample(n, rng, "pt")
     pairs = []
     for q in questions:
         if rng.random() < cfg["negation_fraction"]:
             q = q.negation()
         u = rng.random()
-        trace, _ = traces.reasoned(world, q, rng, agree, disagree, jitter)
+        trace, _ = traces.reasoned(world, q, rng, **teacher)
         if u < cfg["snap_fraction"]:
-            pairs.append((traces.prompt(q), traces.snap(world, q, rng)))
+            pairs.append((traces.prompt(q), traces.snap(world, q, rng, snap_shift)))
         elif u < cfg["snap_fraction"] + cfg["read_fraction"]:
             pairs.append(traces.read(q, trace, int(rng.integers(0, world.n_clues + 1)), world.unit))
         else:

@@ -195,8 +195,8 @@ def check_config(cfg: dict[str, Any]) -> None:
 
 
 @stage_kind("simulate", "measure", keys=("world", "model", "elicit", "eval", "judge", "prompts", "simulate"),
-            inputs=("model", "judge_model"), per_seed=True, serves=True)
-def run(cfg: dict[str, Any], model: Path, judge_model: Path, out_dir: Path) -> None:
+            inputs=("model", "human_model"), per_seed=True, serves=True)
+def run(cfg: dict[str, Any], model: Path, human_model: Path, out_dir: Path) -> None:
     """cfg: world, model, elicit, eval, simulate, seed → out_dir/records.jsonl, metrics.json."""
     from ..metrics import episode_metrics, stage_metrics
     from ..model.backend import open_model
@@ -209,10 +209,10 @@ def run(cfg: dict[str, Any], model: Path, judge_model: Path, out_dir: Path) -> N
     seed_everything(seed)
     world = make_world(cfg["world"])
     questions = episode_questions(world, sim)
-    trained = Path(model).resolve() != Path(judge_model).resolve()
+    trained = Path(model).resolve() != Path(human_model).resolve()
     opened = []
     try:
-        human = open_model(judge_model, cfg["model"])
+        human = open_model(human_model, cfg["model"])
         opened.append(human)
         instructor = open_model(model, cfg["model"]) if trained else human
         if trained:

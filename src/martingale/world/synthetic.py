@@ -63,9 +63,12 @@ class SyntheticWorld:
         self.p0 = rng.dirichlet(alpha)
         self.llr = np.log(self.p1 / self.p0)
         self.prior_logodds = float(logit(self.base_rate))
-        # The gut (snap) functional counts clues for and against at the average clue strength.
+        # The gut (snap) functional counts clues for and against at the average clue strength,
+        # over the first snap_clues of them, scaled by snap_gain (traces.snap).
         mix = self.base_rate * self.p1 + (1 - self.base_rate) * self.p0
         self.gut_weight = float(np.sum(mix * np.abs(self.llr)))
+        self.snap_clues = max(1, int(np.ceil(float(cfg.get("snap_clues", 1.0)) * self.n_clues)))
+        self.snap_gain = float(cfg.get("snap_gain", 1.0))
 
     # -- questions -------------------------------------------------------------------------
     def sample(self, n: int, rng: np.random.Generator, prefix: str) -> list[Question]:

@@ -36,23 +36,27 @@ def units_to_p(units: int, unit: float) -> float:
 
 
 def reasoned(world: SyntheticWorld, q: Question, rng: np.random.Generator | None = None,
-             agree: float = 1.0, disagree: float = 1.0, jitter: float = 0.0) -> tuple[str, list[int]]:
-    """A reasoned completion and its running totals. agree = disagree = 1: the calibrated reasoner.
+             agree: float = 1.0, disagree: float = 1.0, jitter: float = 0.0,
+             shift: int = 0, sharpen: float = 1.0) -> tuple[str, list[int]]:
+    """A reasoned completion and its running totals. The defaults: the calibrated reasoner.
 
     The confirmation-biased reasoner multiplies a clue's step by ``agree`` when it points the way
     the evidence read so far already leans (the sum of the steps before it) and by ``disagree``
-    when it points against it.
+    when it points against it. The over-confident reasoner starts ``shift`` units toward yes
+    (whatever the question asks: an acquiescent lean) and multiplies every step by ``sharpen``.
     """
-    total = world.prior_units(q.negated)
+    total = world.prior_units(q.negated) + shift
     words, totals = ["think", fmt_int(total)], [total]
     for c in q.clues:
         step = world.step_units(c, q.negated)
         lean = np.sign(total - totals[0])
+        w = 1.0
         if lean != 0 and step != 0 and (agree != 1.0 or disagree != 1.0):
             w = agree if np.sign(step) == lean else disagree
             if jitter and rng is not None:
                 w = max(0.0, w + jitter * rng.standard_normal())
-            step = int(np.rint(step * w))
+        if w != 1.0 or sharpen != 1.0:
+            step = int(np.rint(step * sharpen * w))
         total = int(np.clip(total + step, -MAX_TOTAL, MAX_TOTAL))
         words += [f"c{c}", fmt_int(step), "->", fmt_int(total)]
         totals.append(total)
@@ -60,11 +64,14 @@ def reasoned(world: SyntheticWorld, q: Question, rng: np.random.Generator | None
     return " ".join(words), totals
 
 
-def snap(world: SyntheticWorld, q: Question, rng: np.random.Generator) -> str:
-    """A gut answer: clues for minus clues against at the average strength, plus per-draw noise."""
+def snap(world: SyntheticWorld, q: Question, rng: np.random.Generator, shift: float = 0.0) -> str:
+    """A gut answer, a different functional from the reasoned one: it counts the votes (for minus
+    against) of the first ``snap_clues`` of the clues only, weighs each at ``snap_gain`` × the
+    average clue strength (a jump to conclusions), and draws ``snap_noise`` (nats) of noise per
+    answer. ``shift`` (nats) leans it toward yes, as the over-confident teacher does."""
     sign = -1.0 if q.negated else 1.0
-    votes = sum(np.sign(world.llr[c]) for c in q.clues)
-    lo = sign * (world.prior_logodds + world.gut_weight * votes)
+    votes = sum(np.sign(world.llr[c]) for c in q.clues[:world.snap_clues])
+    lo = sign * (world.prior_logodds + world.snap_gain * world.gut_weight * votes) + shift
     lo += float(world.cfg["snap_noise"]) * rng.standard_normal()
     return f"snap P = {fmt_p(float(expit(lo)))} end"
 
