@@ -162,6 +162,21 @@ def mean_p(p: Any) -> float:
     return float(np.mean(check_probs("mean_p", p)))
 
 
+def overconfidence(p: Any, y: Any) -> float:
+    """Over-confidence in yes = meanP − ȳ (the log's "mean belief − base rate": D ≈ +0.3)."""
+    p, y = _py("overconfidence", p, y)
+    return float(np.mean(p) - np.mean(y))
+
+
+def overconfidence_ci(p: Any, y: Any, n_resamples: int, level: float, seed: int) -> tuple[float, float]:
+    """Percentile bootstrap CI of meanP − ȳ, resampling questions (p and y together)."""
+    p, y = _py("overconfidence_ci", p, y)
+    if too_few_for_ci(len(p)):
+        return float("nan"), float("nan")
+    low, high = bootstrap_ci((p - y,), np.mean, n_resamples, level, seed, paired=False, vectorized=None)
+    return float(low), float(high)
+
+
 def extremes(p: Any) -> dict[str, float]:
     """Shares of stated probabilities at the extremes: p ≤ .05, p ≥ .95, either (the log's
     "extreme %"), and p > .8."""
@@ -369,6 +384,19 @@ def _mean_p(s: StageColumns) -> float:
     return mean_p(s.stated[s.ok])
 
 
+def _overconfidence(s: StageColumns) -> float:
+    """Over-confidence = meanP − ȳ over questions with a parsed stated P."""
+    return overconfidence(s.stated[s.ok], s.y[s.ok])
+
+
+def _overconfidence_ci(s: StageColumns) -> list[float]:
+    """Percentile bootstrap CI of meanP − ȳ."""
+    ci = overconfidence_ci(s.stated[s.ok], s.y[s.ok], s.n_bootstrap, s.level, s.seed)
+    if (why := _ci_note(ci, int(s.ok.sum()))):
+        raise MetricError(f"overconfidence_ci: {why}")
+    return list(ci)
+
+
 def _extremes(s: StageColumns) -> dict[str, float]:
     """Shares of stated P ≤ .05, ≥ .95, either, and > .8."""
     return extremes(s.stated[s.ok])
@@ -511,6 +539,7 @@ STAGE_METRICS: tuple[Metric, ...] = (
     Metric(("posterior_parse_rate",), _posterior_parse_rate),
     Metric(("brier_constant",), _brier_constant), Metric(("brier_oracle",), _brier_oracle),
     Metric(("brier",), _brier), Metric(("bss",), _bss), Metric(("mean_p",), _mean_p),
+    Metric(("overconfidence",), _overconfidence), Metric(("overconfidence_ci",), _overconfidence_ci),
     Metric(EXTREME_KEYS, _extremes), Metric(("ece",), _ece), Metric(MURPHY_KEYS, _murphy),
     Metric(("brier_ci",), _brier_ci), Metric(("coherence",), _coherence),
     Metric(MS_FIT_KEYS, _fit), Metric(("signed_lin_r2",), _signed_lin_r2), Metric(("inertia",), _inertia),
