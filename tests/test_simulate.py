@@ -158,7 +158,7 @@ def test_a_trained_instructor_that_speaks_as_its_start_model_fails_the_episode_s
     shutil.copytree(_pretrained(built), noop)       # "trained", but its weights are the start model's
     out = tmp_path / "out"
     with pytest.raises(StageError, match="adapter was not applied"):
-        simulate.run(_stage_cfg(built, "c2-syc"), model=noop, judge_model=_pretrained(built), out_dir=out)
+        simulate.run(_stage_cfg(built, "c2-syc"), model=noop, human_model=_pretrained(built), out_dir=out)
     assert not out.exists()
 
 
@@ -170,7 +170,7 @@ def test_an_instructor_adapter_that_is_never_applied_fails_the_instructor_stage(
     out = tmp_path / "out"
     with pytest.raises(StageError, match="not applied"):
         instructor.run(_stage_cfg(built, "c3-episode-ms"), start_model=_pretrained(built),
-                       judge_model=_pretrained(built), out_dir=out)
+                       human_model=_pretrained(built), out_dir=out)
     assert not out.exists()
 
 

@@ -41,7 +41,8 @@ def test_dry_run_of_all_lists_each_distinct_stage_once(proj):
     rows = [r for run in runs for r in plan.run_stages(run)]
     assert counts["pretrain"] == 1 and counts["distill"] == 1
     assert counts["train"] == len({r.model_stage for r in rows if r.stage != "s0"})
-    assert counts["evaluate"] == len({r.eval_stage for r in rows})
+    natural = {e["eval_stage"] for run in runs for e in plan.natural_evals(run)}  # the natural base, measured as each run measures
+    assert counts["evaluate"] == len({r.eval_stage for r in rows} | natural)
     assert counts["aggregate"] == len(runs)
     assert counts["total"] == len(stages) + len(runs) + 2   # + runs_table + all
     assert not (proj / "results").exists()
