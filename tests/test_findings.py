@@ -53,6 +53,23 @@ def test_null_is_reproduced_only_when_the_ci_covers_zero(proj, ci, expected):
     assert verdict(proj) == expected
 
 
+@pytest.mark.parametrize("expect, count, expected", [
+    ("all", "3/3", "reproduced"), ("all", "2/3", "inconclusive"), ("all", "0/3", "not reproduced"),
+    ("none", "0/3", "reproduced"), ("none", "3/3", "not reproduced"),
+    ("some", "1/5", "reproduced"), ("some", "0/5", "not reproduced"), ("some", "5/5", "not reproduced")])
+def test_a_seed_count_finding_reads_k_of_n_by_its_own_rule(proj, expect, count, expected):
+    finding(proj, metric="counts.beats_natural_base", expect=expect)
+    write_eval(proj, "D", {"s0": {"ms": 0.1, "counts": {"beats_natural_base": count}}})
+    assert verdict(proj) == expected
+    assert f"| {count} seeds |" in (proj / "FINDINGS.md").read_text(encoding="utf-8")
+
+
+def test_a_seed_count_the_eval_does_not_have_is_no_result_yet(proj):
+    finding(proj, metric="counts.full_deflation", expect="all")
+    write_eval(proj, "D", {"s0": {"ms": 0.1, "counts": {}}})
+    assert verdict(proj).startswith("no result yet")
+
+
 def test_a_queued_run_has_no_result_yet_with_its_state(proj):
     finding(proj)
     assert verdict(proj) == "no result yet (D is queued)"
@@ -102,6 +119,8 @@ ENTRY = 'x:\n  claim: C1\n  log: l\n  statement: s\n  test: {{run: {0}, metric: 
     (ENTRY.format("nope", "ms", "> 0"), "x: test.run: unknown run-id 'nope'"),
     (ENTRY.format("D", "ms", ">= 0"), "x: test.expect:"),
     (ENTRY.format("D", "ms slope", "> 0"), "x: test.metric:"),
+    (ENTRY.format("D", "counts.beats_everyone", "all"), "x: test.metric:"),
+    (ENTRY.format("D", "counts.full_deflation", "> 0"), "x: test.expect:"),
 ])
 def test_a_bad_findings_file_is_one_line_naming_the_file_and_key_and_writes_nothing(proj, text, key):
     (proj / "conf" / "findings.yaml").write_text(text, encoding="utf-8")

@@ -23,6 +23,9 @@ from .rows import TableError
 FINDINGS = "conf/findings.yaml"
 EXPECTS = ("> 0", "< 0", "= 0")
 EFFECTS = ("effect.ms", "effect.brier")
+COUNTS = ("counts.beats_natural_base", "counts.full_deflation", "counts.beats_constant", "counts.beats_start",
+          "counts.beats_parent")
+COUNT_EXPECTS = ("all", "none", "some")     # of a seed count k/n: k = n, k = 0, 0 < k < n
 KEYS = ("claim", "log", "statement", "test")
 TEST_KEYS = ("run", "stage", "metric", "expect")
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NO_RESULT = "reproduced", "not reproduced", "inconclusive", "no result yet"
@@ -47,6 +50,10 @@ Verdict rule, from the 95% CI [lo, hi]:
 - expect `= 0` (a null): **reproduced** if lo ≤ 0 ≤ hi, else **not reproduced**;
 - several seeds: a verdict per seed; all seeds agree → that verdict (k/k seeds), else
   **inconclusive** with the counts;
+- a seed count `counts.<name>` (k of n seeds that beat the natural base, fully deflate, beat the
+  constant, the run's s0 or the parent; no CI): expect `all` is **reproduced** if k = n, **not
+  reproduced** if k = 0, else **inconclusive**; `none` mirrors it; `some` (the log's "partial") is
+  **reproduced** if 0 < k < n, else **not reproduced**;
 - the run is not done (queued, running, stale, crashed, invalid), or its number or CI is missing
   or NaN → **no result yet**.
 """
@@ -94,14 +101,22 @@ def _finding(fid: str, spec: Any, run_ids: set[str]) -> Finding:
         raise bad("test.run", f"unknown run-id {run!r} (no conf/runs/{run}.yaml)")
     if not _STAGE.match(stage):
         raise bad("test.stage", f"{stage!r} is not a stage (s0, s1, s2 … or final)")
-    if not (metric in EFFECTS or _METRIC.match(metric)) or metric.endswith("_ci"):
+    if metric.startswith("counts."):
+        if metric not in COUNTS:
+            raise bad("test.metric", f"{metric!r} is not a seed count (" + ", ".join(COUNTS) + ")")
+        expect = str(test["expect"]).strip()
+        if expect not in COUNT_EXPECTS:
+            raise bad("test.expect", f"{test['expect']!r}: a seed count expects one of " + ", ".join(COUNT_EXPECTS))
+    elif not (metric in EFFECTS or _METRIC.match(metric)) or metric.endswith("_ci"):
         raise bad("test.metric", f"{metric!r} is not a metric name (e.g. ms, brier, delta_brier, "
-                                 "effect.ms, effect.brier; its CI <metric>_ci is read beside it)")
-    expect = str(test["expect"]).replace(" ", "")
-    if expect not in [e.replace(" ", "") for e in EXPECTS]:
-        raise bad("test.expect", f"{test['expect']!r} is not one of " + ", ".join(f"'{e}'" for e in EXPECTS))
+                                 "effect.ms, effect.brier, counts.beats_natural_base; its CI <metric>_ci is read beside it)")
+    else:
+        expect = str(test["expect"]).replace(" ", "")
+        if expect not in [e.replace(" ", "") for e in EXPECTS]:
+            raise bad("test.expect", f"{test['expect']!r} is not one of " + ", ".join(f"'{e}'" for e in EXPECTS))
+        expect = f"{expect[0]} 0"
     return Finding(fid, spec["claim"].strip(), spec["log"].strip(), " ".join(spec["statement"].split()),
-                   run, stage, metric, f"{expect[0]} 0")
+                   run, stage, metric, expect)
 
 
 def load(root: Path, run_ids: set[str]) -> Optional[list[Finding]]:
@@ -196,6 +211,25 @@ def _samples(evals: dict, f: Finding, stage: str) -> tuple[list[tuple], Optional
     return [(None, _number(value), _interval(ci))], None, f"no {f.metric} with {f.metric}_ci"
 
 
+def judge_count(expect: str, k: int, n: int) -> str:
+    """The verdict rule on a seed count k of n (HEADER states it)."""
+    if expect == "some":
+        return REPRODUCED if 0 < k < n else NOT_REPRODUCED
+    hit, miss = (n, 0) if expect == "all" else (0, n)
+    return REPRODUCED if k == hit else NOT_REPRODUCED if k == miss else INCONCLUSIVE
+
+
+def _count(evals: dict, f: Finding, stage: str) -> Result:
+    """A seed-count finding: the stage's ``counts.<name>`` "k/n" and its verdict."""
+    block = (evals.get("stages") or {}).get(stage)
+    value = ((block or {}).get("counts") or {}).get(f.metric.split(".", 1)[1]) if isinstance(block, dict) else None
+    m = re.fullmatch(r"(\d+)/(\d+)", str(value)) if value is not None else None
+    if m is None or int(m.group(2)) == 0:
+        return Result(NO_RESULT, f"no {f.metric} at {stage} in eval.json", stage)
+    k, n = int(m.group(1)), int(m.group(2))
+    return Result(judge_count(f.expect, k, n), "", stage, None, ((None, f"{k}/{n}", None),))
+
+
 def result(f: Finding, row: dict, evals: Any) -> Result:
     """The finding's verdict from its run's row state and eval.json (read only for a done run)."""
     if row["state"] != "done":
@@ -205,6 +239,8 @@ def result(f: Finding, row: dict, evals: Any) -> Result:
     stage = _final(evals) if f.stage == "final" else f.stage
     if stage is None:
         return Result(NO_RESULT, "eval.json has no stage")
+    if f.metric in COUNTS:
+        return _count(evals, f, stage)
     samples, compares, missing = _samples(evals, f, stage)
     verdicts = [judge(f.expect, ci) if value is not None and ci is not None else None for _, value, ci in samples]
     known = [v for v in verdicts if v]
@@ -234,6 +270,8 @@ def _digits(f: Finding) -> tuple[int, bool]:
 def _value(f: Finding, r: Result) -> str:
     """The number [CI]; several seeds: mean±sd over the seeds that have a number."""
     d, signed = _digits(f)
+    if f.metric in COUNTS:
+        return f"{r.samples[0][1]} seeds" if r.samples else "–"
     if len(r.samples) == 1:
         _, value, ci = r.samples[0]
         return fmt.num(value, d, signed) + fmt.ci(ci, d, signed)
@@ -306,4 +344,4 @@ def render(root: Path | str, rows: list[dict], claims: dict[str, str]) -> str:
     return render_findings(findings, results, claims)
 
 
-__all__ = ["FINDINGS", "Finding", "judge", "load", "render", "result"]
+__all__ = ["FINDINGS", "Finding", "judge", "judge_count", "load", "render", "result"]
