@@ -618,9 +618,13 @@ def episode_metrics(records: list[dict[str, Any]], n_bootstrap: int = 1000, leve
     ok = np.isfinite(first) & np.isfinite(last)
     out: dict[str, Any] = {"n_episodes": len(records), "n_entrenched": int(entrenched(first[ok], last[ok]).sum())}
     undefined: dict[str, str] = {}
+    def entrenched_share() -> float:
+        if not ok.any():
+            raise MetricError("entrenched_share: no episode with a parsed first and last P")
+        return float(entrenched(first[ok], last[ok]).mean())
+
     steps = [
-        ("entrenched_share", lambda: float(entrenched(first[ok], last[ok]).mean()) if ok.any() else
-         _raise("entrenched_share: no episode with a parsed first and last P")),
+        ("entrenched_share", entrenched_share),
         ("brier_first", lambda: brier(first[ok], y[ok])),
         ("delta_brier", lambda: brier(last[ok], y[ok]) - brier(first[ok], y[ok])),
         ("delta_brier_ci", lambda: list(delta_brier_ci(first[ok], last[ok], y[ok], n_bootstrap, level, seed))),
@@ -644,6 +648,3 @@ def episode_metrics(records: list[dict[str, Any]], n_bootstrap: int = 1000, leve
         out["undefined_episode"] = undefined
     return out
 
-
-def _raise(message: str):
-    raise MetricError(message)
