@@ -186,3 +186,11 @@ def test_a_run_keeps_its_config_hash_whatever_the_sections_it_does_not_use_say()
     episodes = {**tree_cfg, "eval": {**tree_cfg["eval"], "kind": "simulate"}}
     assert config_hash({**episodes, "simulate": {**episodes["simulate"], "mode": "truth"}}) != config_hash(episodes)
     assert config_hash({**episodes, "instructor": {**episodes["instructor"], "iterations": 99}}) == config_hash(episodes)
+
+
+def test_more_training_questions_share_bases_pretrain_and_D(proj):
+    # split sizes say how many questions a run asks; pretrain and distill ask none
+    write_run(proj, "A-on-D-more.yaml", "parent: A-on-D\nknob: world.n_train=2560\n")
+    plan = Plan.load(proj)
+    assert plan.run_chain("A-on-D-more")[:2] == plan.run_chain("A-on-D")[:2]
+    assert ids_by_stage(plan, "A-on-D-more")[("s1", 42)] != ids_by_stage(plan, "A-on-D")[("s1", 42)]

@@ -73,13 +73,17 @@ def _model_slice(model: dict, serves: bool) -> dict:
 
 
 QUESTION_SOURCE = {"name": "synthetic", "questions_file": None}   # where the questions come from
+SPLIT_SIZES = ("n_train", "n_heldout")                              # how many of them a run asks
 
 
 def _world_slice(world: dict, asks: bool) -> dict:
     """The world as a stage of this kind sees it: a kind that never asks a question (pretrain,
     distill: the clue table writes their traces) sees the synthetic world's question source
-    whatever it is, so world=jsonl shares base's pretrain and D."""
-    return world if asks else {**world, **QUESTION_SOURCE}
+    whatever it is and no split sizes, so world=jsonl or more training questions share base's
+    pretrain and D."""
+    if asks:
+        return world
+    return {k: v for k, v in {**world, **QUESTION_SOURCE}.items() if k not in SPLIT_SIZES}
 
 
 # Keys a stage sees only where they are used, so a run that uses neither keeps its ids whatever they
