@@ -67,8 +67,10 @@ SERVING_KEYS = ("backend", "server_url", "vllm")   # how a model is served, not 
 PLACEMENT_KEYS = ("resources", "device")           # where a stage runs (Snakemake resources), not what it computes
 
 
-def _model_slice(model: dict, serves: bool) -> dict:
-    drop = PLACEMENT_KEYS if serves else (*PLACEMENT_KEYS, *SERVING_KEYS)
+def _model_slice(model: dict, kind: StageKind) -> dict:
+    """The model without where its stage runs, and without how it is served for a kind that does
+    not generate through ``model.backend``."""
+    drop = PLACEMENT_KEYS if kind.serves else (*PLACEMENT_KEYS, *SERVING_KEYS)
     return {k: v for k, v in model.items() if k not in drop}
 
 
@@ -76,15 +78,25 @@ QUESTION_SOURCE = {"name": "synthetic", "questions_file": None}   # where the qu
 SPLIT_SIZES = ("n_train", "n_heldout")                              # how many of them a run asks
 
 
-def _world_slice(world: dict, asks: bool) -> dict:
+def _world_slice(world: dict, kind: StageKind) -> dict:
     """The world as a stage of this kind sees it: a kind that never asks a question (pretrain,
     distill: the clue table writes their traces) sees the synthetic world's question source
     whatever it is and no split sizes, so world=jsonl or more training questions share base's
     pretrain and D."""
-    if asks:
+    if kind.questions:
         return world
     return {k: v for k, v in {**world, **QUESTION_SOURCE}.items() if k not in SPLIT_SIZES}
 
+
+def _elicit_slice(elicit: dict, kind: StageKind) -> dict:
+    """``elicit`` without ``judge_model``: which model judges is the stage's judge input (its id), so
+    a base-start run reads the same stages under either setting."""
+    return {k: v for k, v in elicit.items() if k != "judge_model"}
+
+
+# How a section is cut for a kind's slice, where it is not taken whole.
+SECTION_SLICES: dict[str, Callable[[dict, StageKind], dict]] = {
+    "model": _model_slice, "world": _world_slice, "elicit": _elicit_slice}
 
 # Keys a stage sees only where they are used, so a run that uses neither keeps its ids whatever they
 # say: judge.* where beliefs are read by the api judge (its address too, like a generating stage's
@@ -96,18 +108,10 @@ USED_WHEN: dict[str, Callable[[dict], bool]] = {
 }
 
 
-def _elicit_slice(elicit: dict) -> dict:
-    """``elicit`` without ``judge_model``: which model judges is the stage's judge input (its id), so
-    a base-start run reads the same stages under either setting."""
-    return {k: v for k, v in elicit.items() if k != "judge_model"}
-
-
 def stage_slice(kind: StageKind, cfg: dict, step: Optional[str] = None, seed: Optional[int] = None) -> dict:
-    """The config a stage of this kind sees (and its id hashes): the kind's keys, the step's own
-    config as ``stage``, the seed for a per-seed kind."""
-    out = {key: _model_slice(cfg[key], kind.serves) if key == "model" else
-           _world_slice(cfg[key], kind.questions) if key == "world" else
-           _elicit_slice(cfg[key]) if key == "elicit" else cfg[key]
+    """The config a stage of this kind sees (and its id hashes): the kind's keys (each cut by its
+    SECTION_SLICES entry, if any), the step's own config as ``stage``, the seed for a per-seed kind."""
+    out = {key: SECTION_SLICES[key](cfg[key], kind) if key in SECTION_SLICES else cfg[key]
            for key in kind.keys if key not in USED_WHEN or USED_WHEN[key](cfg)}
     if step is not None:
         out["stage"] = cfg["stages"][step]
