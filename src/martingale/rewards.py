@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from .registry import register_once
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -65,9 +67,7 @@ def reward(name: str, needs: tuple[str, ...], params: tuple[str, ...] = ()):
         raise ValueError(f"reward {name}: needs must be some of {', '.join(INPUTS)}, got {needs}")
 
     def register(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
-        if name in REWARDS:
-            raise ValueError(f"reward {name}: already registered ({REWARDS[name].fn.__qualname__})")
-        REWARDS[name] = Reward(name, fn, tuple(needs), tuple(params))
+        register_once(REWARDS, "reward", name, Reward(name, fn, tuple(needs), tuple(params)))
         return fn
     return register
 

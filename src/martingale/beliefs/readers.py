@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
+from ..registry import register_once
 from .parse import parse_p, parse_totals
 
 if TYPE_CHECKING:   # the plan imports this module at parse time (schema.choices): no numpy here
@@ -69,9 +70,7 @@ READERS: dict[str, Reader] = {}
 def reader(name: str, needs_judge: bool = False) -> Callable[[ReadFn], ReadFn]:
     """Register the decorated function as reader ``name`` (see the module docstring)."""
     def register(fn: ReadFn) -> ReadFn:
-        if name in READERS:
-            raise ValueError(f"reader {name}: already registered ({READERS[name].fn.__qualname__})")
-        READERS[name] = Reader(name, fn, needs_judge)
+        register_once(READERS, "reader", name, Reader(name, fn, needs_judge))
         return fn
     return register
 

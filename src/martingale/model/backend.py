@@ -8,11 +8,11 @@ and transformers are imported inside the methods.
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, runtime_checkable
+
+from ..registry import import_modules, register_once
 
 if TYPE_CHECKING:
     import torch
@@ -60,19 +60,14 @@ def backends() -> dict[str, type]:
     """Every registered backend, after importing each backend module of this package (once)."""
     if not _DISCOVERED:
         _DISCOVERED.append(True)
-        for module in pkgutil.iter_modules([str(Path(__file__).parent)]):
-            if module.name not in HELPERS:
-                importlib.import_module(f"{__package__}.{module.name}")
+        import_modules(__package__, [str(Path(__file__).parent)], HELPERS)
     return BACKENDS
 
 
 def backend(name: str) -> Callable[[type], type]:
     """Register the decorated class as backend ``name`` (the value of ``model.backend``)."""
     def register(cls: type) -> type:
-        if name in BACKENDS:
-            raise ValueError(f"backend {name}: already registered ({BACKENDS[name].__qualname__})")
-        BACKENDS[name] = cls
-        return cls
+        return register_once(BACKENDS, "backend", name, cls)
     return register
 
 

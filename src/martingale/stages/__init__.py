@@ -22,10 +22,10 @@ model upstream. ``run(cfg, <roles>=folder, out_dir=folder)`` writes only out_dir
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
+
+from ..registry import import_modules, register_once
 
 PLACES = ("source", "start", "step", "measure")
 HELPERS = ("common", "checkpoint")   # modules here that declare no kind
@@ -57,8 +57,8 @@ def stage_kind(name: str, place: str, keys: tuple[str, ...], inputs: tuple[str, 
         raise ValueError(f"stage kind {name}: place {place!r} is not one of {', '.join(PLACES)}")
 
     def register(run: Callable[..., Any]) -> Callable[..., Any]:
-        _KINDS[name] = StageKind(name, place, tuple(keys), tuple(inputs), run, when, per_seed, local, serves,
-                                  questions)
+        register_once(_KINDS, "stage kind", name, StageKind(name, place, tuple(keys), tuple(inputs), run, when,
+                                                           per_seed, local, serves, questions))
         return run
     return register
 
@@ -69,10 +69,8 @@ _DISCOVERED: list[bool] = []
 def kinds() -> dict[str, StageKind]:
     """Every registered kind, after importing each stage module of this package (once)."""
     if not _DISCOVERED:
-        for module in pkgutil.iter_modules(__path__):
-            if module.name not in HELPERS:
-                importlib.import_module(f"{__name__}.{module.name}")
         _DISCOVERED.append(True)
+        import_modules(__name__, __path__, HELPERS)
     return _KINDS
 
 

@@ -30,6 +30,8 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Optional
 
+from ..registry import register_once
+
 if TYPE_CHECKING:   # numpy (and the world, which imports it) where used: the schema lists MODES at parse time
     import numpy as np
 
@@ -116,10 +118,7 @@ MODES: dict[str, Optional[Mode]] = {"none": None}   # none: no instructor (rumin
 def mode(name: str) -> Callable[[Mode], Mode]:
     """Register the decorated function as instructor mode ``name`` (the values of simulate.mode)."""
     def register(fn: Mode) -> Mode:
-        if name in MODES:
-            raise ValueError(f"instructor mode {name}: already registered")
-        MODES[name] = fn
-        return fn
+        return register_once(MODES, "instructor mode", name, fn)
     return register
 
 
