@@ -79,3 +79,25 @@ def test_martingale_verify_names_a_corrupted_stage_and_removes_it_on_request(tmp
     res = CliRunner().invoke(app, ["--root", str(tmp_path), "verify", "--all", "--remove"])
     assert res.exit_code == 0 and not bad.exists() and good.exists()
     assert CliRunner().invoke(app, ["--root", str(tmp_path), "verify", "--all"]).exit_code == 0
+
+
+def test_a_stage_killed_after_its_body_finished_leaves_no_folder_behind(tmp_path, monkeypatch):
+    # Snakemake deletes a failed job's output (the manifest): the folder must go with it, or the
+    # store holds a finished-looking stage with no manifest (a kill while mirroring to wandb).
+    import martingale.smk as smk
+    weights = tmp_path / "llama"
+    weights.mkdir()
+    (weights / "config.json").write_text("{}")
+    out = tmp_path / "results/_store/weights/weights-0123456789ab"
+    job = SimpleNamespace(rule="weights", input={}, output=[str(out / MANIFEST)],
+                          params=SimpleNamespace(cfg={"model": {"path": str(weights)}}),
+                          resources=SimpleNamespace(device="cpu"), wildcards=SimpleNamespace(sid=out.name))
+
+    def killed(_job):
+        assert (out / MANIFEST).is_file()     # the body had put the stage in place
+        raise smk.Killed("killed by signal SIGTERM")
+
+    monkeypatch.setattr(smk, "track_stage", killed)
+    with pytest.raises(smk.Killed):
+        run_stage(job)
+    assert not out.exists()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -63,8 +64,15 @@ def run_stage(snakemake: Any) -> None:
     cfg = dict(snakemake.params.cfg)
     if "model" in cfg:   # placement travels as a resource (not in the id): the model goes there
         cfg["model"] = {**cfg["model"], "device": getattr(snakemake.resources, "device", "auto")}
-    kind.run(cfg, out_dir=Path(snakemake.output[0]).parent, **inputs)
-    track_stage(snakemake)
+    out_dir = Path(snakemake.output[0]).parent
+    try:
+        kind.run(cfg, out_dir=out_dir, **inputs)
+        track_stage(snakemake)
+    except BaseException:
+        # The job fails, so Snakemake deletes its output (the manifest): a folder the body had
+        # already put in place (killed while mirroring to wandb) would stay behind without one.
+        shutil.rmtree(out_dir, ignore_errors=True)
+        raise
 
 
 def track_stage(snakemake: Any) -> None:
