@@ -343,7 +343,7 @@ def belief_by_turn(run_id: str, stage_order: list[str], records: dict[str, list[
     return _save(fig, path)
 
 
-def _per_seed(value: Any) -> list[Any]:
+def _each_seed(value: Any) -> list[Any]:
     """A metric's value per seed: several seeds' ``{per_seed: [...]}``, else the one value."""
     return value["per_seed"] if isinstance(value, dict) and isinstance(value.get("per_seed"), list) else [value]
 
@@ -356,7 +356,7 @@ def episodes_by_mode(runs: dict[str, dict[str, Any]], path: Path) -> Path:
         final = (ev.get("stage_order") or ["s0"])[-1]
         m = ev.get("stages", {}).get(final, {})
         if m.get("mode") is not None:
-            rows.append((run_id, final, {**m, "mode": _per_seed(m["mode"])[0]}))
+            rows.append((run_id, final, {**m, "mode": _each_seed(m["mode"])[0]}))
     if not rows:
         return _message("no two-agent run has results yet (eval.kind=simulate)", path)
     fig, (ax_m, ax_p) = _panels(2, w=5.6, h=max(3.3, 0.9 + 0.32 * len(rows)), left=2.4)
@@ -368,7 +368,7 @@ def episodes_by_mode(runs: dict[str, dict[str, Any]], path: Path) -> Path:
         if not np.isnan(lo):
             ax_m.plot([lo, hi], [yv, yv], color=color, lw=2)
         ax_m.plot([v], [yv], "s", color=color)
-        turns = [side for by_lean in _per_seed(m.get("p_by_turn")) for side in (by_lean or {}).values() if side]
+        turns = [side for by_lean in _each_seed(m.get("p_by_turn")) for side in (by_lean or {}).values() if side]
         if turns:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
