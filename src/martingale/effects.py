@@ -274,17 +274,15 @@ def beat_counts(per_seed_metrics: dict[int, dict[str, Any]],
     def lt(a, b):
         return None if a is None or b is None or math.isnan(a) or math.isnan(b) else a < b
 
-    def brier(m: dict[str, Any] | None, key: str = "brier") -> float | None:
-        return None if m is None else m.get(key)
-
     out = {"beats_constant": _count([lt(per_seed_metrics[s].get("brier"), per_seed_metrics[s].get("brier_constant"))
                                      for s in seeds])}
     if start is not None:
         out["beats_start"] = _count([lt(per_seed_metrics[s].get("brier"), (start.get(s) or {}).get("brier"))
                                      for s in seeds])
     if natural is not None:
-        out["beats_natural_base"] = _count([lt(brier(per_seed_metrics[s]), brier(natural.get(s))) for s in seeds])
-        mids = {s: None if brier(natural.get(s)) is None or brier(per_seed_metrics[s], "brier_constant") is None
-                else (natural[s]["brier"] + per_seed_metrics[s]["brier_constant"]) / 2 for s in seeds}
-        out["full_deflation"] = _count([lt(brier(per_seed_metrics[s]), mids[s]) for s in seeds])
+        base = {s: (natural.get(s) or {}).get("brier") for s in seeds}
+        const = {s: per_seed_metrics[s].get("brier_constant") for s in seeds}
+        mid = {s: None if base[s] is None or const[s] is None else (base[s] + const[s]) / 2 for s in seeds}
+        out["beats_natural_base"] = _count([lt(per_seed_metrics[s].get("brier"), base[s]) for s in seeds])
+        out["full_deflation"] = _count([lt(per_seed_metrics[s].get("brier"), mid[s]) for s in seeds])
     return out
