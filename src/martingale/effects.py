@@ -274,15 +274,18 @@ def beat_counts(per_seed_metrics: dict[int, dict[str, Any]],
     def lt(a, b):
         return None if a is None or b is None or math.isnan(a) or math.isnan(b) else a < b
 
-    out = {"beats_constant": _count([lt(per_seed_metrics[s].get("brier"), per_seed_metrics[s].get("brier_constant"))
-                                     for s in seeds])}
+    own = {s: per_seed_metrics[s].get("brier") for s in seeds}
+    const = {s: per_seed_metrics[s].get("brier_constant") for s in seeds}
+
+    def beats(ref: dict[int, float | None]) -> str | None:
+        return _count([lt(own[s], ref[s]) for s in seeds])
+
+    out = {"beats_constant": beats(const)}
     if start is not None:
-        out["beats_start"] = _count([lt(per_seed_metrics[s].get("brier"), (start.get(s) or {}).get("brier"))
-                                     for s in seeds])
+        out["beats_start"] = beats({s: (start.get(s) or {}).get("brier") for s in seeds})
     if natural is not None:
         base = {s: (natural.get(s) or {}).get("brier") for s in seeds}
-        const = {s: per_seed_metrics[s].get("brier_constant") for s in seeds}
-        mid = {s: None if base[s] is None or const[s] is None else (base[s] + const[s]) / 2 for s in seeds}
-        out["beats_natural_base"] = _count([lt(per_seed_metrics[s].get("brier"), base[s]) for s in seeds])
-        out["full_deflation"] = _count([lt(per_seed_metrics[s].get("brier"), mid[s]) for s in seeds])
+        out["beats_natural_base"] = beats(base)
+        out["full_deflation"] = beats({s: None if base[s] is None or const[s] is None else (base[s] + const[s]) / 2
+                                       for s in seeds})
     return out
