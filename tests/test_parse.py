@@ -92,6 +92,10 @@ CORPUS = [
     ("bad-last-hides-earlier", "P = 0.4 at first; on reflection P = 40.", None),
     ("glued-word", "P = 0.7ish", None),
     ("two-dots", "P = 0.7.5", None),
+    ("doubled-separator-getp-bug", "All things considered, P = 0..7", None),
+    ("spaced-decimal-point", "So my final estimate is P = 0. 7 overall.", None),
+    ("spaced-decimal-comma", "Meine Schätzung: P = 0, 7", None),
+    ("sentence-end-after-integer", "The third clue rules it out, so P = 0. Nothing else fits.", 0.0),
     ("nan", "P = NaN", None),
     ("template-echo", "Answer in the form P = X. P = [your estimate]", None),
 ]
@@ -218,3 +222,79 @@ def test_out_of_range_number_after_p_equals_is_never_returned(x, earlier, tail):
        joint=st.sampled_from(["-", " - ", "–", " to ", ", ", ",", " or ", " ± ", "; "]))
 def test_two_numbers_after_the_last_p_equals_are_ambiguous(a, b, joint):
     assert parse_p(f"P = {a}{joint}{b}") is None
+
+
+# --- malformed numbers: None, never the part before the flaw (the getP bug read "0..7" as 0.0) ---
+
+@pytest.mark.parametrize("x", ["0..7", "0,,7", "0.,7", "0,.7", "1..0", "0.7..5", "0.7.,5", "0,7,,5"])
+def test_number_with_doubled_or_mixed_separators_is_none(x):
+    assert parse_p(f"P = {x}") is None
+    assert parse_p(f"Final answer: P = {x}.") is None
+
+
+@pytest.mark.parametrize("x", ["0. 7", "0, 7", "0 .7", "0 ,7", "0 . 7", "0.. 7", "0.\t7", "0.\n7",
+                               "0.\u00a07", "0. 7%", "1/2. 5"])
+def test_separator_spaced_from_an_integer_part_is_none(x):
+    assert parse_p(f"P = {x}") is None
+
+
+@pytest.mark.parametrize("x", ["1.e-3", "0.e-3", "0,e-3", "1.%", "0.\\%", "1./2", "1,/2"])
+def test_separator_glued_to_an_exponent_percent_or_fraction_bar_is_none(x):
+    assert parse_p(f"P = {x}") is None
+
+
+@pytest.mark.parametrize("text", ["P = 1/", "P = 1/.", "P = 1/ end", "P = 3 /"])
+def test_fraction_bar_without_a_denominator_is_none(text):
+    assert parse_p(text) is None
+
+
+@pytest.mark.parametrize("text", ["P = 0.3 .. 0.4", "P = 0.3..0.4", "P = 0 .. 1"])
+def test_range_written_with_two_dots_is_none(text):
+    assert parse_p(text) is None
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("P = 0.", 0.0), ("P = 1.", 1.0), ("P = 0. It is unlikely.", 0.0), ("P = 0.7...", 0.7),
+    ("P = 0...", 0.0), ("P = 0.7..", 0.7), ("P = 0.7.,", 0.7), ("P = 0,7,", 0.7),
+    ("P = 0.\n\nNext question.", 0.0),
+])
+def test_punctuation_with_no_digit_after_it_is_a_sentence_end(text, expected):
+    assert parse_p(text) == expected
+
+
+def test_a_sentence_starting_with_a_digit_after_a_decimal_is_trailing_text():
+    assert parse_p("P = 0.7. 5 of the clues agree.") == 0.7
+
+
+def test_malformed_last_number_hides_an_earlier_statement():
+    assert parse_p("At first P = 0.4. On reflection P = 0..7") is None
+
+
+@pytest.mark.parametrize("x", ["0..7", "0.,7", "0. 7", "0 .7", "1..0"])
+def test_malformed_bare_judge_answer_is_none(x):
+    assert parse_p(x, bare=True) is None
+
+
+digit_runs = st.text(alphabet="0123456789", min_size=1, max_size=4)
+
+
+@settings(max_examples=300, deadline=None)
+@given(whole=digit_runs, frac=st.none() | digit_runs, digits=digit_runs,
+       seps=st.text(alphabet=".,", min_size=2, max_size=3), earlier=st.none() | probabilities,
+       tail=prose)
+def test_any_number_with_a_doubled_or_mixed_separator_is_never_read(whole, frac, digits, seps,
+                                                                     earlier, tail):
+    prefix = "" if earlier is None else f"P = {earlier}. "
+    x = whole + ("" if frac is None else "." + frac) + seps + digits
+    assert parse_p(prefix + f"P = {x}" + tail) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(whole=digit_runs, digits=digit_runs, sep=st.sampled_from([".", ","]),
+       before=st.sampled_from(["", " ", "\t"]), after=st.sampled_from(["", " ", "  ", "\t", "\n"]),
+       tail=prose)
+def test_any_integer_part_with_a_spaced_separator_is_never_read(whole, digits, sep, before, after,
+                                                                tail):
+    if not before and not after:
+        after = " "
+    assert parse_p(f"P = {whole}{before}{sep}{after}{digits}" + tail) is None

@@ -236,14 +236,20 @@ def read_optional_yaml(path: Path | str) -> Any:
 @contextlib.contextmanager
 def atomic_dir(path: Path | str) -> Iterator[Path]:
     """Yield a temp folder beside ``path``; on success its manifest (the sha256 of every file,
-    martingale.manifest) is written last and the folder replaces ``path`` in one rename."""
+    martingale.manifest) is written last and the folder replaces ``path`` in one rename. The folder
+    of a stage job being collected (martingale.provenance) gets its provenance.json just before
+    the manifest, which covers it."""
     from .manifest import write as write_manifest
+    from .provenance import FILE as PROVENANCE, for_folder as provenance_of
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     os.chmod(tmp, 0o777 & ~_umask())   # a normal folder mode (mkdtemp gives 0700)
     try:
         yield tmp
+        provenance = provenance_of(path)
+        if provenance is not None:
+            write_json(tmp / PROVENANCE, provenance)
         write_manifest(tmp)
         if path.exists():
             shutil.rmtree(path)

@@ -584,7 +584,44 @@ def stage_metrics(records: list[dict[str, Any]], n_bootstrap: int = 1000, level:
     for metric in STAGE_METRICS:
         if metric.applies(s):
             _put(metric, s, out, undefined)
+    if records and "stated_forced" in records[0]:
+        out.update(read_metrics(records, n_bootstrap, level, seed))
     out["undefined"] = undefined
+    return out
+
+
+READ_KEYS = ("parse_rate", "n_pairs", "brier", "brier_ci", "mean_p", "ms", "ms_ci", "rho", "sigma_ratio")
+
+
+def _mean_of(values: list[Any]) -> float:
+    arr = nan_array(values)
+    return float(np.nanmean(arr)) if np.isfinite(arr).any() else float("nan")
+
+
+def read_metrics(records: list[dict[str, Any]], n_bootstrap: int, level: float, seed: int) -> dict[str, Any]:
+    """Both reads side by side (beliefs/forced.py), for a stage whose records carry them: per read
+    ``verbal_<k>`` / ``forced_<k>`` for k in READ_KEYS (parse_rate of the forced read = the share
+    of answers whose valid tokens held at least prompts.forced_min_mass); ``forced_mass`` = mean
+    share of the next-token mass on valid answer tokens (stated P), ``forced_prior_mass`` the
+    same for the prior; ``read_coherence`` = mean |verbal stated P − forced stated P| over the
+    answers both reads parsed, ``n_read_pairs`` of them."""
+    out: dict[str, Any] = {}
+    for read in ("verbal", "forced"):
+        cols = [{**r, "prior": r[f"prior_{read}"], "posterior": r[f"posterior_{read}"],
+                 "stated": r[f"stated_{read}"]} for r in records]
+        s = StageColumns.from_records(cols, n_bootstrap, level, seed)
+        block: dict[str, Any] = {}
+        for metric in STAGE_METRICS:
+            if metric.applies(s) and set(metric.keys) & set(READ_KEYS):
+                _put(metric, s, block, {})
+        out.update({f"{read}_{k}": block[k] for k in READ_KEYS if k in block})
+    out["forced_mass"] = _mean_of([r.get("stated_forced_mass") for r in records])
+    out["forced_prior_mass"] = _mean_of([r.get("prior_forced_mass") for r in records])
+    verbal = nan_array([r["stated_verbal"] for r in records])
+    forced = nan_array([r["stated_forced"] for r in records])
+    both = np.isfinite(verbal) & np.isfinite(forced)
+    out["n_read_pairs"] = int(both.sum())
+    out["read_coherence"] = float(np.abs(verbal[both] - forced[both]).mean()) if both.any() else float("nan")
     return out
 
 

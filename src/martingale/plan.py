@@ -69,9 +69,11 @@ PLACEMENT_KEYS = ("resources", "device")           # where a stage runs (Snakema
 
 def _model_slice(model: dict, kind: StageKind) -> dict:
     """The model without where its stage runs, and without how it is served for a kind that does
-    not generate through ``model.backend``."""
+    not generate through ``model.backend``; ``generate_batch`` only where it is set and the kind
+    generates (the ids of every run from before it stay as they were)."""
     drop = PLACEMENT_KEYS if kind.serves else (*PLACEMENT_KEYS, *SERVING_KEYS)
-    return {k: v for k, v in model.items() if k not in drop}
+    return {k: v for k, v in model.items()
+            if k not in drop and not (k == "generate_batch" and (not v or not kind.serves))}
 
 
 QUESTION_SOURCE = {"name": "synthetic", "questions_file": None}   # where the questions come from
@@ -90,8 +92,10 @@ def _world_slice(world: dict, kind: StageKind) -> dict:
 
 def _elicit_slice(elicit: dict, kind: StageKind) -> dict:
     """``elicit`` without ``judge_model``: which model judges is the stage's judge input (its id), so
-    a base-start run reads the same stages under either setting."""
-    return {k: v for k, v in elicit.items() if k != "judge_model"}
+    a base-start run reads the same stages under either setting; ``read`` only where it is not the
+    default verbal read (the ids of every run from before the forced read stay as they were)."""
+    return {k: v for k, v in elicit.items()
+            if k != "judge_model" and not (k == "read" and v == "verbal")}
 
 
 # How a section is cut for a kind's slice, where it is not taken whole.

@@ -65,9 +65,16 @@ def run_stage(snakemake: Any) -> None:
     if "model" in cfg:   # placement travels as a resource (not in the id): the model goes there
         cfg["model"] = {**cfg["model"], "device": getattr(snakemake.resources, "device", "auto")}
     out_dir = Path(snakemake.output[0]).parent
+    from .provenance import collecting
+    from .tracking import stage_context
     try:
-        kind.run(cfg, out_dir=out_dir, **inputs)
-        track_stage(snakemake)
+        # The stage's context: a training loop logs its steps live to the stage's wandb run,
+        # which the mirror (track_stage) then finishes with the summary.
+        with stage_context(Path.cwd(), snakemake.wildcards.sid, dict(snakemake.params.cfg)):
+            # provenance.json (versions, vLLM server, weights' sha256) goes into out_dir
+            with collecting(out_dir, Path.cwd()):
+                kind.run(cfg, out_dir=out_dir, **inputs)
+            track_stage(snakemake)
     except BaseException:
         # The job fails, so Snakemake deletes its output (the manifest): a folder the body had
         # already put in place (killed while mirroring to wandb) would stay behind without one.

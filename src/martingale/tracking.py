@@ -7,18 +7,30 @@ role as job_type (``train-s1``, ``eval-s0``, ``distill-D``, ``aggregate``), the 
 stage's own history (train.jsonl, stage.json), eval metrics from metrics.json / eval.json, so the
 mirror reads finished files and never changes what a stage computes.
 
+A training stage (train, instructor) also logs live: smk.run_stage sets the stage's context
+(``stage_context``: root, stage id, config), the stage's loop opens the stage's run when training
+starts (``live_run``: the same name, id, job_type, group and config as the mirror) and logs each
+step as it completes, with its timings (tokens/s, step seconds, ETA: wandb and the job log only,
+never a file of the stage). The mirror then finishes that run with the summary (and any step the
+live run did not log: ``unlogged``) instead of logging the steps again. No stage context (a unit
+test calling the loop) or ``wandb.mode=disabled``: no wandb at all.
+
 Offline by default (``wandb.mode``; ``WANDB_MODE`` in the environment wins): no API key is needed
 and ``wandb sync wandb/`` uploads later. Nothing here reads or writes an API key. A mirror that
-fails logs a warning; the stage's results stand.
+fails logs a warning; the stage's results stand. A live run that fails warns once and stops
+logging; the stage goes on unchanged.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import math
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 from .io import read_optional
 
@@ -40,11 +52,9 @@ def _mode(settings: dict) -> str:
     return os.environ.get("WANDB_MODE") or str(settings.get("mode") or "offline")
 
 
-def log_run(*, name: str, run_id: str, job_type: str, group: Optional[str], config: dict,
-            settings: dict, steps: Iterable[dict] = (), summary: Optional[dict] = None,
-            root: Path | str = ".") -> Optional[Path]:
-    """One wandb run: config, then each step row (its ``step`` key as the x-axis), then summary.
-    Returns the run's local folder (None when wandb is disabled)."""
+def _init(*, name: str, run_id: str, job_type: str, group: Optional[str], config: dict,
+          settings: dict, root: Path | str = ".") -> Any:
+    """wandb.init of one run (None when wandb is disabled)."""
     mode = _mode(settings)
     if mode == "disabled":
         return None
@@ -52,22 +62,169 @@ def log_run(*, name: str, run_id: str, job_type: str, group: Optional[str], conf
 
     if group and len(group) > 128:  # wandb's limit: keep the run's end of the lineage
         group = "…" + group[-127:]
-    run = wandb.init(project=settings.get("project") or "martingale", entity=settings.get("entity"),
-                     name=name, id=wandb_id(run_id), job_type=job_type, group=group, config=config,
-                     mode=mode, dir=str(Path(root)), reinit="create_new",
-                     settings=wandb.Settings(silent=True, console="off", x_disable_stats=True))
+    return wandb.init(project=settings.get("project") or "martingale", entity=settings.get("entity"),
+                      name=name, id=wandb_id(run_id), job_type=job_type, group=group, config=config,
+                      mode=mode, dir=str(Path(root)), reinit="create_new",
+                      settings=wandb.Settings(silent=True, console="off", x_disable_stats=True))
+
+
+def _row_step(row: dict, i: int) -> int:
+    """A history row's x-axis: its ``step`` key, else its index (an instructor's iteration)."""
+    return int(row.get("step", i))
+
+
+def _log_rows(run: Any, steps: Iterable[dict]) -> None:
+    for i, row in enumerate(steps):
+        values = _numeric({k: v for k, v in row.items() if k != "step"})
+        if values:
+            run.log(values, step=_row_step(row, i))
+
+
+def _set_summary(run: Any, summary: Optional[dict]) -> None:
+    for k, v in _numeric(summary or {}).items():
+        run.summary[k] = v
+
+
+def log_run(*, name: str, run_id: str, job_type: str, group: Optional[str], config: dict,
+            settings: dict, steps: Iterable[dict] = (), summary: Optional[dict] = None,
+            root: Path | str = ".") -> Optional[Path]:
+    """One wandb run: config, then each step row (its ``step`` key as the x-axis), then summary.
+    Returns the run's local folder (None when wandb is disabled)."""
+    run = _init(name=name, run_id=run_id, job_type=job_type, group=group, config=config,
+                settings=settings, root=root)
+    if run is None:
+        return None
     try:
-        for i, row in enumerate(steps):
-            step = int(row.get("step", i))
-            values = _numeric({k: v for k, v in row.items() if k != "step"})
-            if values:
-                run.log(values, step=step)
-        for k, v in _numeric(summary or {}).items():
-            run.summary[k] = v
+        _log_rows(run, steps)
+        _set_summary(run, summary)
         folder = Path(run.dir).parent
     finally:
         run.finish()
     return folder
+
+
+@dataclass
+class StageContext:
+    """The stage this job builds (set by smk.run_stage): the project root, its id, the config the
+    mirror logs, and its live wandb run once training opened one."""
+    root: Path
+    sid: str
+    cfg: dict
+    live: Optional["LiveRun"] = None
+
+
+_STAGE: contextvars.ContextVar[Optional[StageContext]] = contextvars.ContextVar("martingale_stage", default=None)
+
+
+@contextlib.contextmanager
+def stage_context(root: Path | str, sid: str, cfg: dict) -> Iterator[StageContext]:
+    """The stage's context while its body runs; a live run the mirror did not finish (the stage
+    failed or was killed) is finished on the way out, marked failed."""
+    ctx = StageContext(Path(root), sid, dict(cfg))
+    token = _STAGE.set(ctx)
+    ok = False
+    try:
+        yield ctx
+        ok = True
+    finally:
+        _STAGE.reset(token)
+        live, ctx.live = ctx.live, None
+        if live is not None:
+            live.finish(exit_code=0 if ok else 1)
+
+
+def current_stage() -> Optional[StageContext]:
+    """The stage context set by smk.run_stage, or None (a unit test calling a stage's loop)."""
+    return _STAGE.get()
+
+
+def _stage_run_args(root: Path, sid: str, cfg: dict) -> Optional[dict[str, Any]]:
+    """The wandb run a stage is logged as (plan index: its owner run, role, lineage, settings);
+    None when the stage is not in the index."""
+    from .plan import read_index
+    index = read_index(root) or {}
+    stage = (index.get("stages") or {}).get(sid)
+    if stage is None:
+        return None
+    run = index["runs"][stage["owner"]]
+    return dict(name=stage["owner"], run_id=sid, job_type=stage["job_type"], group=run.get("group"),
+                config={"run_id": stage["owner"], "stage_id": sid, **cfg},
+                settings=run.get("wandb") or {}, root=root)
+
+
+class LiveRun:
+    """A stage's wandb run, open while it trains: ``log`` each step as it completes; the mirror
+    (``finish``) adds the summary. ``run`` None: off (no stage context, wandb disabled, or a wandb
+    call failed: it warned once), and every method does nothing."""
+
+    def __init__(self, run: Any = None, sid: str = ""):
+        self.run, self.sid, self.last_step = run, sid, None
+
+    def __bool__(self) -> bool:
+        return self.run is not None
+
+    def _fail(self, what: str, e: Exception) -> None:
+        log.warning("wandb live run of %s: %s failed (%s: %s); live logging stops, the stage goes on",
+                    self.sid, what, type(e).__name__, e)
+        run, self.run = self.run, None
+        with contextlib.suppress(Exception):
+            run.finish(exit_code=1)
+
+    def log(self, row: dict, step: int) -> None:
+        """One step's values (a ``step`` key is the x-axis, not a value, as in the mirror)."""
+        if self.run is None:
+            return
+        try:
+            values = _numeric({k: v for k, v in row.items() if k != "step"})
+            if values:
+                self.run.log(values, step=int(step))
+            self.last_step = int(step)
+        except Exception as e:
+            self._fail(f"logging step {step}", e)
+
+    def finish(self, steps: Iterable[dict] = (), summary: Optional[dict] = None,
+               exit_code: int = 0) -> Optional[Path]:
+        """Log ``steps`` (the ones not logged live), set the summary, finish; the run's folder."""
+        if self.run is None:
+            return None
+        run, self.run = self.run, None
+        try:
+            _log_rows(run, steps)
+            _set_summary(run, summary)
+            folder = Path(run.dir).parent
+            run.finish(exit_code=exit_code)
+            return folder
+        except Exception as e:
+            log.warning("wandb live run of %s: finishing failed: %s: %s", self.sid, type(e).__name__, e)
+            with contextlib.suppress(Exception):
+                run.finish(exit_code=1)
+            return None
+
+
+def live_run() -> LiveRun:
+    """The stage's live wandb run, opened on the first call (training starts); off without a
+    stage context, with wandb disabled, or when opening fails (a warning)."""
+    ctx = _STAGE.get()
+    if ctx is None:
+        return LiveRun()
+    if ctx.live is not None:
+        return ctx.live
+    try:
+        args = _stage_run_args(ctx.root, ctx.sid, ctx.cfg)
+        run = _init(**args) if args is not None else None   # not in the index: the mirror warns
+    except Exception as e:
+        log.warning("wandb live run of %s failed to open: %s: %s; the stage goes on",
+                    ctx.sid, type(e).__name__, e)
+        run = None
+    ctx.live = LiveRun(run, ctx.sid)
+    return ctx.live
+
+
+def unlogged(steps: list[dict], last_step: Optional[int]) -> list[dict]:
+    """The history rows a live run has not logged yet: those after its last logged step."""
+    if last_step is None:
+        return list(steps)
+    return [row for i, row in enumerate(steps) if _row_step(row, i) > last_step]
 
 
 def flush() -> None:
@@ -96,19 +253,20 @@ def stage_history(out_dir: Path) -> tuple[list[dict], dict]:
 
 
 def mirror_stage(root: Path, sid: str, out_dir: Path, cfg: dict) -> Optional[Path]:
-    """Log a finished stage under its owner run (from the plan index); warn, never raise."""
+    """Log a finished stage under its owner run (from the plan index); warn, never raise. A stage
+    that logged its steps live (its context's live run, still open) gets that run finished with
+    the summary and any step it missed, not a second copy of its steps."""
     try:
-        from .plan import read_index
-        index = read_index(root) or {}
-        stage = (index.get("stages") or {}).get(sid)
-        if stage is None:
+        steps, summary = stage_history(out_dir)
+        ctx = _STAGE.get()
+        if ctx is not None and ctx.sid == sid and ctx.live:
+            live, ctx.live = ctx.live, None
+            return live.finish(steps=unlogged(steps, live.last_step), summary=summary)
+        args = _stage_run_args(root, sid, cfg)
+        if args is None:
             log.warning("wandb mirror: %s is not in results/_store/index.json; not logged", sid)
             return None
-        run = index["runs"][stage["owner"]]
-        steps, summary = stage_history(out_dir)
-        return log_run(name=stage["owner"], run_id=sid, job_type=stage["job_type"], group=run.get("group"),
-                       config={"run_id": stage["owner"], "stage_id": sid, **cfg},
-                       settings=run.get("wandb") or {}, steps=steps, summary=summary, root=root)
+        return log_run(**args, steps=steps, summary=summary)
     except Exception as e:  # the mirror must not undo a built stage
         log.warning("wandb mirror of %s failed: %s: %s", sid, type(e).__name__, e)
         return None

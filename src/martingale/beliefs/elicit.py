@@ -31,6 +31,23 @@ class Rollout:
     posterior: list[float | None]
     trace_cut: list[float | None]   # belief the trace writes at the cut
     trace_last: list[float | None]  # last belief the trace writes
+    reads: dict[str, list] | None = None   # both reads side by side (beliefs/forced.py), where the
+                                           # prompt set has a forced prefix: <x>_verbal, <x>_forced, <x>_forced_mass
+
+
+READ_COLUMNS = ("prior", "posterior", "stated")
+
+
+def side_by_side(verbal: dict[str, list], forced: dict[str, list[tuple[float | None, float | None]]],
+                 read: str) -> tuple[dict[str, list], dict[str, list]]:
+    """(the headline columns prior/posterior/stated of the read ``read``, every column of both
+    reads): a run says which read its Brier and MS come from, and keeps the other beside it."""
+    cols: dict[str, list] = {}
+    for name in READ_COLUMNS:
+        cols[f"{name}_verbal"] = verbal[name]
+        cols[f"{name}_forced"] = [p for p, _ in forced[name]]
+        cols[f"{name}_forced_mass"] = [m for _, m in forced[name]]
+    return {name: cols[f"{name}_{read}"] for name in READ_COLUMNS}, cols
 
 
 def cut_index(world, elicit: dict[str, Any]) -> int:
@@ -60,7 +77,9 @@ def rollout(gen: "Backend", questions: list[Question], ctx: ReadContext, elicit:
     from .prompts import Prompts
     world = ctx.world
     ask = Prompts(ctx.config.get("prompts"), getattr(gen, "tokenizer", None))
-    trace = gen.sample([ask.reasoned(q) for q in questions], ask.trace_tokens(world.n_clues), temperature, seed)
+    reasoned = [ask.reasoned(q) for q in questions]
+    trace = gen.sample(reasoned, ask.trace_tokens(world.n_clues), temperature, seed)
+    raw = list(trace.texts)
     texts = [ask.reasoned_text(t) for t in trace.texts]
     trace.texts = texts
     stated = [parse_p(t) for t in texts]
@@ -84,4 +103,33 @@ def rollout(gen: "Backend", questions: list[Question], ctx: ReadContext, elicit:
         posterior = reader(ctx, questions, texts, world.n_clues)
     else:
         raise ValueError(f"elicit.mode: unknown mode {elicit['mode']!r}")
-    return Rollout(questions, trace, snap, stated, snap_p, prior, posterior, trace_cut, trace_last)
+    reads = None
+    if ask.forced_prefix:
+        forced = forced_columns(gen, ask, ctx, questions, reasoned, raw, texts, elicit, k, prior, posterior)
+        head, reads = side_by_side({"prior": prior, "posterior": posterior, "stated": stated}, forced,
+                                   str(elicit.get("read", "verbal")))
+        prior, posterior, stated = head["prior"], head["posterior"], head["stated"]
+    elif elicit.get("read", "verbal") != "verbal":
+        raise ValueError(f"elicit.read={elicit['read']}: the prompt set has no prompts.forced_prefix")
+    return Rollout(questions, trace, snap, stated, snap_p, prior, posterior, trace_cut, trace_last, reads)
+
+
+def forced_columns(gen: "Backend", ask, ctx: ReadContext, questions: list[Question], reasoned: list[str],
+                   raw: list[str], texts: list[str], elicit: dict[str, Any], k: int,
+                   prior: list[float | None], posterior: list[float | None]) -> dict[str, list]:
+    """The forced read of each belief, (P, mass): the stated P after the reasoned trace (its own
+    answer replaced by the prefix); the prior and posterior as the elicit mode reads them — the snap
+    prior read forced right after the snap prompt (no reasoning), a self judge's answers read forced,
+    and a reader that asks no model (oracle, trace) the same belief under either read."""
+    from .forced import answer_context, forced_reads
+    from .readers import FORCED_READERS
+    prefix, floor = ask.forced_prefix, ask.forced_min_mass
+    stated = forced_reads(gen, [answer_context(p, c, ask.embedded) for p, c in zip(reasoned, raw)], prefix, floor)
+    if elicit["mode"] == "snap":
+        return {"prior": forced_reads(gen, [ask.snap(q) for q in questions], prefix, floor),
+                "posterior": stated, "stated": stated}
+    forced = FORCED_READERS.get(elicit["judge"])
+    if forced is None:
+        return {"prior": [(p, None) for p in prior], "posterior": [(p, None) for p in posterior], "stated": stated}
+    return {"prior": forced(ctx, questions, texts, k), "posterior": forced(ctx, questions, texts, ctx.world.n_clues),
+            "stated": stated}

@@ -27,13 +27,21 @@ _P = re.compile(
     r"P(?<![A-Za-z0-9]P)[*_`$]*\s*(?:[:=≈~≃]{1,2}|\\approx|\\simeq|\\sim)[\s*_`$(~]*" + _NUM)
 _BARE = re.compile(_NUM)
 # What right after X makes the statement unreadable: X glued to a word or number (0.7ish, 0.7.5,
-# 0,3,4), a question mark on it (P = 0.3?), or a second number joined by a range/list/alternative
-# (0.3-0.4, 0.3 - 0.4, 0.3 to 0.4, 0.3, 0.4, 0.3 or 0.4, 0.7 ± 0.1, 1/2/3). A separate signed
-# number (P = 0.74 -30, synthetic tokens) or a separate "?" is trailing text, not an alternative.
+# 0,3,4), a malformed number: a run of separators glued to X that goes on as a number (0..7, 0.,7,
+# 0,.7, 1..0, 0.7..5, 1.e-3, 1.%, 1./2), a fraction bar with no denominator (1/, 1/.), a question
+# mark on it (P = 0.3?), or a second number joined by a range/list/alternative (0.3-0.4, 0.3 - 0.4,
+# 0.3 to 0.4, 0.3 .. 0.4, 0.3, 0.4, 0.3 or 0.4, 0.7 ± 0.1, 1/2/3). A separate signed number
+# (P = 0.74 -30, synthetic tokens) or a separate "?" is trailing text, not an alternative; so is
+# punctuation that no digit follows (0.7.  0.7...  0.7.,).
 _TAIL = re.compile(
-    r"[A-Za-z0-9]|[.,][0-9]|[*_`$]*\?"
-    r"|[\s*_`$)]*(?:(?<!\s)-|-(?=\s)|[–—~/,;±]|\+/?-|\bto\b|\bor\b|\band\b|\bvs\b\.?)"
+    r"[A-Za-z0-9]|[.,]+(?:[0-9/%]|\\%|[eE][+\-−]?[0-9])|[^\S\r\n]*/|[*_`$]*\?"
+    r"|[\s*_`$)]*(?:(?<!\s)-|-(?=\s)|[–—~/,;±]|\.\.(?!\.)|\+/?-|\bto\b|\bor\b|\band\b|\bvs\b\.?)"
     r"[\s*_`$(~]*[+\-−]?[.,]?[0-9]")
+# After an integer X (no decimal part, exponent or %; a fraction's denominator counts) a separator
+# spaced from X or from the digits after it is a malformed decimal, not a sentence end: P = 0. 7,
+# P = 0 .7, P = 0 . 7, P = 0.. 7, P = 0.\n7 (P = 0, 7 is already a list). The cost: P = 1.\n2. ...
+# (a numbered line after it) is None too. After a decimal X, P = 0.7. 5 clues ... is a new sentence.
+_INT_TAIL = re.compile(r"\s*[.,]+\s*[0-9]")
 _THINK_TAG = re.compile(r"<(/?)think(?:ing)?>", re.IGNORECASE)
 _BARE_STRIP = " \t\r\n*_`$"
 _MINUS = "−"
@@ -91,6 +99,17 @@ def _value(m: re.Match[str]) -> float | None:
     return value + 0.0                      # -0.0 -> 0.0
 
 
+def _ends_in_integer(m: re.Match[str]) -> bool:
+    """Whether the number m matched ends in an integer: ``0``, ``70``, ``1/2`` (not ``0.7``, ``1e-3``,
+    ``70%``, ``\\frac{1}{2}``): a separator after it could be a mistyped decimal point."""
+    if m.group("pct"):
+        return False
+    mant = m.group("m")
+    if mant is not None:
+        return m.group("e") is None and m.group("e2") is None and "." not in mant and "," not in mant
+    return m.group("fd") is not None and "." not in m.group("fd")
+
+
 def parse_p(text: str | None, bare: bool = False) -> float | None:
     """The probability a model states: the last ``P = X`` in text, in [0, 1]; else None, never 0.
 
@@ -108,6 +127,13 @@ def parse_p(text: str | None, bare: bool = False) -> float | None:
       list (``0.3, 0.4``; ``0,3`` alone is a decimal comma), ``0.3 or 0.4``, ``0.7 ± 0.1``, a
       question mark on X (``P = 0.3?``), X glued to letters or digits (``0.7ish``, ``0.7.5``).
       A spaced signed number is trailing text (``P = 0.74 -30``: synthetic tokens), not a range.
+    - A malformed number is None, never the part before the flaw (the getP bug read ``0..7`` as 0):
+      doubled or mixed separators (``0..7``, ``0,,7``, ``0.,7``, ``0,.7``, ``1..0``, ``0.7..5``), a
+      separator glued to an exponent, ``%`` or ``/`` (``1.e-3``, ``1.%``, ``1./2``), a fraction bar
+      with no denominator (``1/``), a range written ``0.3 .. 0.4``, and after an integer X a
+      separator spaced from it or from the next digit (``0. 7``, ``0, 7``, ``0 .7``, ``0.\n7``; so
+      ``P = 1.\n2. ...`` is None too). Punctuation with no digit after it is still a sentence end
+      (``P = 0.``, ``P = 0.7...``, ``P = 0.7.,``), and after a decimal X so is ``P = 0.7. 5 clues``.
     - Out of [0, 1] is None, never rescaled (``P = 7``, ``P = 150%``, ``P = -0.2``, nan, inf), as
       is ``x/0`` and a percent fraction; when the last statement is bad, an earlier one is not used.
     - ``<think>…</think>`` (or ``<thinking>``) is scratch work and ignored; an orphan ``</think>`` drops all before it;
@@ -125,7 +151,8 @@ def parse_p(text: str | None, bare: bool = False) -> float | None:
     for last in _P.finditer(text):
         pass
     if last is not None:
-        if _TAIL.match(text, last.end()):
+        end = last.end()
+        if _TAIL.match(text, end) or (_ends_in_integer(last) and _INT_TAIL.match(text, end)):
             return None
         return _value(last)
     if not bare:

@@ -69,6 +69,19 @@ class Prompts:
     def judge_tokens(self) -> int:
         return 1 if self.embedded else int(self.cfg["judge_max_tokens"])
 
+    @property
+    def forced_prefix(self) -> str:
+        """The answer's forced-read prefix ("" = the prompt set reads no forced answer)."""
+        return str(self.cfg.get("forced_prefix") or "")
+
+    @property
+    def judge_forced_prefix(self) -> str:
+        return str(self.cfg.get("judge_forced_prefix") or "")
+
+    @property
+    def forced_min_mass(self) -> float:
+        return float(self.cfg.get("forced_min_mass", 0.5))
+
     def reasoned_text(self, completion: str) -> str:
         return "think " + completion if self.embedded else completion
 

@@ -100,6 +100,30 @@ def read_self(ctx: ReadContext, questions: list[Question], texts: list[str], k: 
     return out
 
 
+def read_self_forced(ctx: ReadContext, questions: list[Question], texts: list[str],
+                     k: int) -> list[tuple[float | None, float | None]]:
+    """The self judge's forced read (beliefs/forced.py): its answer to the same judge prompt
+    prefilled with ``prompts.judge_forced_prefix``, (P, mass); (None, None) where the trace cannot
+    be cut at k or the prompt set has no judge prefix."""
+    from .forced import forced_reads
+    from .prompts import Prompts
+    ask = Prompts(ctx.config.get("prompts"), getattr(ctx.judge, "tokenizer", None))
+    out: list[tuple[float | None, float | None]] = [(None, None)] * len(texts)
+    if not ask.judge_forced_prefix:
+        return out
+    queries = [ask.judge(q, text, k, ctx.world.n_clues) for q, text in zip(questions, texts)]
+    todo = [i for i, s in enumerate(queries) if s is not None]
+    for i, read in zip(todo, forced_reads(ctx.judge, [queries[i] for i in todo], ask.judge_forced_prefix,
+                                          ask.forced_min_mass)):
+        out[i] = read
+    return out
+
+
+# Readers whose belief is a model's answer, and so has a forced read: name → fn(ctx, questions,
+# texts, k) -> [(P, mass)]. A reader not here (oracle, trace) gives the same belief under either read.
+FORCED_READERS: dict[str, Callable[..., list[tuple[float | None, float | None]]]] = {"self": read_self_forced}
+
+
 @reader("trace")
 def read_trace(ctx: ReadContext, questions: list[Question], texts: list[str], k: int) -> list[float | None]:
     """The belief of the running total the trace writes at step k (the embedded format only)."""

@@ -36,6 +36,8 @@ _RUN_ID = re.compile(RUN_ID_PATTERN)
 # in one substring repeated 20 or more times (PeriodicWildcardError): `snakemake -n` would fail.
 SNAKEMAKE_MIN_REPEAT = 20
 _PERIODIC_TAIL = re.compile(rf"(.+?)\1{{{SNAKEMAKE_MIN_REPEAT - 1},}}$")
+# A root run's only knob: its own base config, a file of conf/setup/ (``# @package _global_``).
+ROOT_KNOB = re.compile(r"setup=[A-Za-z0-9_-]+")
 RUN_KEYS = ("parent", "knob", "question", "claims", "verdict", "invalid", "owner")
 METADATA_KEYS = ("question", "claims", "verdict", "invalid", "owner")
 # key=... at the start or after whitespace/comma: two of them in one knob are two overrides
@@ -214,8 +216,9 @@ def parse_run_file(path: Path, text: str | None = None) -> RunSpec:
     data = _read_mapping(path, text, err)
     parent = _check_parent(data, err)
     knob = _check_knob(data.get("knob"), err)
-    if parent is None and knob is not None:
-        raise err("knob", "a root run (parent: null) has no knob")
+    if parent is None and knob is not None and not ROOT_KNOB.fullmatch(knob):
+        raise err("knob", "a root run (parent: null) has no knob, or picks its own base config: "
+                          "setup=<name> (conf/setup/<name>.yaml)")
     if parent is not None and knob is None:
         raise err("knob", "missing: a child run changes exactly one knob of its parent")
     claims = _check_metadata(data, err)

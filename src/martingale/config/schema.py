@@ -80,6 +80,8 @@ class ModelConfig:
     dtype: str = "float32"        # float32 | bfloat16 | float16 | auto (bfloat16 on a GPU, float32 on a CPU)
     device: str = "auto"          # auto (CUDA when one is visible) | cuda | cpu; where, not what: not in stage ids
     lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    generate_batch: int = 0       # hf: prompts per generate call, grouped by length (0 = all at once); a
+                                  # real model's prompts vary in length, and left-padding to the longest is slow
     server_url: Optional[str] = None  # backend vllm: a server you run (served as model.name); null = one per stage
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
     resources: Resources = field(default_factory=Resources)
@@ -151,6 +153,10 @@ class ElicitConfig:
     judge_model: str = "base"     # the model a self reader asks: base = the natural model, one judge fixed
                                   # across a campaign (the log's external judge); start = the run's start model
     cut: float = 0.5              # fraction of the trace read as the prior (samemode)
+    read: str = "verbal"          # which read the prior, posterior and stated P (Brier, MS) come from:
+                                  # verbal = the P = X the model writes (parsed; unparsed counted);
+                                  # forced = its next-token distribution after prompts.forced_prefix
+                                  # (beliefs/forced.py). Both are recorded where the prompt set has a prefix.
 
 
 @dataclass
@@ -166,6 +172,12 @@ class PromptsConfig:
     max_new_tokens: int = 1024    # a reasoned trace's length cap (the embedded format: 4 · clues + 6)
     snap_max_tokens: int = 128    # a snap answer's
     judge_max_tokens: int = 8     # a same-mode read's answer length (a number)
+    forced_prefix: str = ""       # the forced-answer read (beliefs/forced.py): the model's answer is prefilled
+                                  # with this (e.g. "P = 0.") and its P read from the next token's distribution;
+                                  # "" = no forced read
+    judge_forced_prefix: str = "" # the same for the judge's answer (e.g. "0."); "" = no forced judge read
+    forced_min_mass: float = 0.5  # a forced read whose valid-answer tokens hold less of the next-token mass
+                                  # (among the top 20) is unparsed, never a number
 
 
 @dataclass
@@ -539,6 +551,7 @@ DOMAINS: dict[str, Domain] = {
     "model.dtype": OneOf(("float32", "bfloat16", "float16", "auto")),
     "model.device": OneOf(("auto", "cuda", "cpu")),
     "model.lora_targets": Names(),
+    "model.generate_batch": Int(0),
     # model.vllm, model.server_url: model/vllm.py (the server's argv, the client, the guards)
     "model.server_url": Url(),
     "model.vllm.python": PathValue(optional=False),
@@ -564,6 +577,7 @@ DOMAINS: dict[str, Domain] = {
     "elicit.judge": InChoices(),
     "elicit.cut": OPEN_UNIT,
     "elicit.judge_model": InChoices(),
+    "elicit.read": InChoices(),
     "prompts.name": Name(),
     "prompts.chat": Flag(),
     "prompts.snap": Template(("question", "background", "resolution_criteria", "opt")),
@@ -572,6 +586,9 @@ DOMAINS: dict[str, Domain] = {
     "prompts.max_new_tokens": COUNT,
     "prompts.snap_max_tokens": COUNT,
     "prompts.judge_max_tokens": COUNT,
+    "prompts.forced_prefix": Template(()),
+    "prompts.judge_forced_prefix": Template(()),
+    "prompts.forced_min_mass": Real(0, 1, lo_open=True),
     "budget.gpu_hours": Maybe(POSITIVE),
     "budget.cpu_hours": Maybe(POSITIVE),
     "judge.base_url": Url(),
@@ -730,11 +747,33 @@ def _episodes_prompts_problem(cfg: dict, root: Optional[Path]) -> Optional[str]:
     return None
 
 
+def _forced_read_problem(cfg: dict, root: Optional[Path]) -> Optional[tuple[str, str]]:
+    """elicit.read=forced reads the answer's next-token distribution after the prompt set's
+    prefix: the prompt set must have one (for a judge read too), and an api judge gives none."""
+    if cfg["elicit"].get("read") != "forced":
+        return None
+    prompts, elicit = cfg.get("prompts", {}), cfg["elicit"]
+    if cfg.get("eval", {}).get("prior_draws") and elicit["mode"] == "snap":
+        return ("eval.prior_draws", "the forced snap prior is one deterministic read (no draws to "
+                "de-attenuate): set eval.prior_draws=0 or elicit.read=verbal")
+    if not prompts.get("forced_prefix"):
+        return ("elicit.read", f"forced needs a forced-answer prefix: prompts={prompts.get('name')} has no "
+                "prompts.forced_prefix (the log's prompts: \"P = 0.\")")
+    if elicit["mode"] == "samemode" and elicit["judge"] == "self" and not prompts.get("judge_forced_prefix"):
+        return ("elicit.read", f"forced with the self judge needs prompts.judge_forced_prefix "
+                f"(prompts={prompts.get('name')} has none)")
+    if elicit["mode"] == "samemode" and elicit["judge"] == "api":
+        return ("elicit.read", "forced with elicit.judge=api: the api judge returns text, not a next-token "
+                "distribution (use elicit.read=verbal)")
+    return None
+
+
 # Checks whose message depends on what they find: (key, check(cfg, project root) -> why, (key, why) or None).
 CHECKS: tuple[tuple[str, Any], ...] = (
     ("world.questions_file", _questions_file_problem),
     ("stages.*.reward", _episode_reward_problem),
     ("prompts.name", _episodes_prompts_problem),
+    ("elicit.read", _forced_read_problem),
 )
 
 
@@ -762,6 +801,7 @@ FIXED_CHOICES: dict[str, tuple[Any, ...]] = {
     "start": ("base", "D"),
     "elicit.mode": ("snap", "samemode"),
     "elicit.judge_model": ("base", "start"),
+    "elicit.read": ("verbal", "forced"),
     "distill.teacher": ("entrench", "overconfident", "both"),
     "stages.*.filter": (None, "top-half", "top-quartile"),
     "wandb.mode": ("offline", "online", "disabled"),

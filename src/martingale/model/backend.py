@@ -33,6 +33,9 @@ class Backend(Protocol):
     def greedy_next(self, texts: list[str], max_new_tokens: int = 1) -> list[str]:
         """The greedy continuation of each text, decoded."""
 
+    def next_token_logprobs(self, texts: list[str], top: int) -> list[dict[int, float]]:
+        """The ``top`` most likely next tokens after each text, {token id: log π} (the forced read)."""
+
     def token_logprobs(self, batch: "Batch", temperature: float = 1.0) -> "torch.Tensor":
         """log π(token | prefix) at each position of the batch, 0 off its completion tokens, [B, T];
         π at ``temperature`` (logits / T), the distribution the samples were drawn from."""
@@ -106,29 +109,34 @@ def open_models(model: Path | str, judge: Path | str, model_cfg: dict[str, Any],
 class HFBackend:
     """transformers in-process: wraps a causal LM (a peft model too) and its tokenizer."""
 
-    def __init__(self, model: Any, tokenizer: Any) -> None:
+    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 0) -> None:
         self.model = model
         self.tokenizer = tokenizer
+        self.batch_size = batch_size    # model.generate_batch: prompts a generate call at most, by length (0 = all)
 
     @classmethod
     def load(cls, folder: Path | str, model_cfg: dict[str, Any]) -> "HFBackend":
         from .load import load
-        return cls(*load(folder, model_cfg))
+        return cls(*load(folder, model_cfg), batch_size=int(model_cfg.get("generate_batch") or 0))
 
     def sample(self, prompts: list[str], max_new_tokens: int, temperature: float, seed: int) -> "Batch":
         from .generate import sample
-        return sample(self.model, self.tokenizer, prompts, max_new_tokens, temperature, seed)
+        return sample(self.model, self.tokenizer, prompts, max_new_tokens, temperature, seed, self.batch_size)
 
     def greedy_next(self, texts: list[str], max_new_tokens: int = 1) -> list[str]:
         from .generate import greedy_next
-        return greedy_next(self.model, self.tokenizer, texts, max_new_tokens)
+        return greedy_next(self.model, self.tokenizer, texts, max_new_tokens, self.batch_size)
+
+    def next_token_logprobs(self, texts: list[str], top: int) -> list[dict[int, float]]:
+        from .generate import next_token_logprobs
+        return next_token_logprobs(self.model, self.tokenizer, texts, top)
 
     def token_logprobs(self, batch: "Batch", temperature: float = 1.0) -> "torch.Tensor":
         from .generate import token_logprobs
         return token_logprobs(self.model, batch, temperature)
 
     def with_model(self, model: Any) -> "HFBackend":
-        return type(self)(model, self.tokenizer)
+        return type(self)(model, self.tokenizer, self.batch_size)
 
     def verify(self, probes: list[str]) -> dict[str, Any]:
         return {}   # the reference every other backend is compared with

@@ -17,9 +17,37 @@ class Batch:
     texts: list[str]              # decoded completions
 
 
-@torch.no_grad()
+def length_chunks(tokenizer, texts: list[str], batch_size: int) -> list[list[int]]:
+    """Indices of ``texts`` in batches of ``batch_size`` by token length (0 = one batch, in order):
+    left-padding every prompt to the longest one costs more than the model on a CPU."""
+    if batch_size <= 0 or len(texts) <= batch_size:
+        return [list(range(len(texts)))]
+    lengths = [len(x) for x in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    order = sorted(range(len(texts)), key=lambda i: (lengths[i], i))
+    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+
+
 def sample(model, tokenizer, prompts: list[str], max_new_tokens: int, temperature: float,
-           seed: int) -> Batch:
+           seed: int, batch_size: int = 0) -> Batch:
+    """Sample one completion per prompt (temperature 0 = greedy), seeded for determinism; with
+    ``batch_size`` (model.generate_batch) in batches of similar length, batch j seeded seed·100003 + j."""
+    chunks = length_chunks(tokenizer, prompts, batch_size)
+    if len(chunks) == 1:
+        return _sample(model, tokenizer, prompts, max_new_tokens, temperature, seed)
+    parts = [_sample(model, tokenizer, [prompts[i] for i in idx], max_new_tokens, temperature,
+                     seed * 100_003 + j) for j, idx in enumerate(chunks)]
+    prompt_ids = [None] * len(prompts)
+    completion_ids = [None] * len(prompts)
+    for idx, part in zip(chunks, parts):
+        for row, i in enumerate(idx):
+            prompt_ids[i] = part.input_ids[row][(part.attention_mask[row] == 1) & (part.completion_mask[row] == 0)].tolist()
+            completion_ids[i] = part.input_ids[row][part.completion_mask[row] == 1].tolist()
+    return batch_from_ids(tokenizer, prompt_ids, completion_ids)
+
+
+@torch.no_grad()
+def _sample(model, tokenizer, prompts: list[str], max_new_tokens: int, temperature: float,
+            seed: int) -> Batch:
     """Sample one completion per prompt (temperature 0 = greedy), seeded for determinism."""
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
     torch.manual_seed(seed)
@@ -33,7 +61,7 @@ def sample(model, tokenizer, prompts: list[str], max_new_tokens: int, temperatur
     # Everything after the first eos is padding.
     is_eos = completion == tokenizer.eos_token_id
     after_eos = (is_eos.cumsum(dim=1) - is_eos.long()) > 0
-    comp_mask = (~after_eos) & (completion != tokenizer.pad_token_id)
+    comp_mask = (~after_eos) & ((completion != tokenizer.pad_token_id) | is_eos)   # the eos even where pad = eos
     completion = completion.masked_fill(~comp_mask, tokenizer.pad_token_id)
     input_ids = torch.cat([enc["input_ids"], completion], dim=1)
     attention = torch.cat([enc["attention_mask"], comp_mask.long()], dim=1)
@@ -56,12 +84,46 @@ def token_logprobs(model, batch: Batch, temperature: float = 1.0) -> torch.Tenso
 
 
 @torch.no_grad()
-def greedy_next(model, tokenizer, texts: list[str], max_new_tokens: int = 1) -> list[str]:
-    """Greedy continuation of each text (a judge's read), decoded."""
-    enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
-    out = model.generate(**enc, do_sample=False, max_new_tokens=max_new_tokens,
-                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-    return tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+def greedy_next(model, tokenizer, texts: list[str], max_new_tokens: int = 1, batch_size: int = 0) -> list[str]:
+    """Greedy continuation of each text (a judge's read), decoded; in batches of similar length
+    with ``batch_size`` (greedy: the same answers either way)."""
+    out: list[str] = [""] * len(texts)
+    for idx in length_chunks(tokenizer, texts, batch_size):
+        enc = tokenizer([texts[i] for i in idx], return_tensors="pt", padding=True,
+                        add_special_tokens=False).to(model.device)
+        gen = model.generate(**enc, do_sample=False, max_new_tokens=max_new_tokens,
+                             pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+        for i, text in zip(idx, tokenizer.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)):
+            out[i] = text
+    return out
+
+
+@torch.no_grad()
+def next_token_logprobs(model, tokenizer, texts: list[str], top: int, batch_size: int = 8) -> list[dict[int, float]]:
+    """The top ``top`` next tokens after each text, {token id: log-prob} (a forced-answer read:
+    beliefs/forced.py). Texts go through in batches of similar length (left-padding to the longest
+    costs more than the model), only the last position's logits are computed, and the result does
+    not depend on the batching."""
+    ids = [list(x) for x in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    order = sorted(range(len(ids)), key=lambda i: (len(ids[i]), i))
+    out: list[dict[int, float]] = [{} for _ in ids]
+    pad = tokenizer.pad_token_id
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        width = max(len(ids[i]) for i in idx)
+        input_ids = torch.full((len(idx), width), pad, dtype=torch.long)
+        attn = torch.zeros_like(input_ids)
+        for row, i in enumerate(idx):
+            input_ids[row, width - len(ids[i]):] = torch.tensor(ids[i], dtype=torch.long)
+            attn[row, width - len(ids[i]):] = 1
+        position_ids = (attn.cumsum(dim=1) - 1).clamp(min=0)
+        logits = model(input_ids=input_ids.to(model.device), attention_mask=attn.to(model.device),
+                       position_ids=position_ids.to(model.device), logits_to_keep=1).logits[:, -1]
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        values, tokens = logp.topk(top, dim=-1)
+        for row, i in enumerate(idx):
+            out[i] = {int(t): float(v) for t, v in zip(tokens[row].tolist(), values[row].tolist())}
+    return out
 
 
 def batch_from_ids(tokenizer, prompts: list[list[int]], completions: list[list[int]]) -> Batch:

@@ -63,6 +63,8 @@ def load(stage_dir: Path | str, model_cfg: dict[str, Any] | None = None):
     if (path / "model").is_dir():
         path = path / "model"
     device, dtype = placement(model_cfg)
+    from ..provenance import record_weights
+    record_weights(path)   # the sha256 of each weight file, in the stage's provenance.json
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True).to(device)

@@ -24,6 +24,7 @@ Guards (each fails the stage with one line, never passes when it could not run):
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -40,6 +41,7 @@ if TYPE_CHECKING:   # the plan imports this module at parse time (schema.choices
 
 SEED_STRIDE = 100_003   # request i of a batch sampled with seed s uses seed s·100003 + i
 LOG_TAIL = 12           # lines of the server log quoted when it dies
+_ERROR_LINE = re.compile(r"\b\w*(?:Error|Exception)\b:")   # "RuntimeError: …", "EngineDeadError: …"
 
 
 def _stage_error(message: str) -> Exception:
@@ -132,7 +134,13 @@ class Server:
         if self.log_path is None or not self.log_path.is_file():
             return "(no server log)"
         lines = self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()
-        return " | ".join(line.strip() for line in lines[-LOG_TAIL:])
+        tail = [line.strip() for line in lines[-LOG_TAIL:]]
+        # A dying engine's cause ("RuntimeError: CPU Generator does not use offset") is often ~80
+        # lines above its last lines (shutdown noise): quote the first error line when the tail lacks it.
+        errors = [line.strip() for line in lines if _ERROR_LINE.search(line)]
+        if errors and errors[0] not in tail:
+            tail = [f"first error: {errors[0]}", "…", *tail]
+        return " | ".join(tail)
 
     def check_alive(self) -> None:
         """Raise, quoting the log, when the server started here has exited."""
@@ -147,6 +155,8 @@ class Server:
             self.check_alive()
             try:
                 if self.http.get(self.url + "/health", timeout=5).status_code == 200:
+                    from ..provenance import record_server_at
+                    record_server_at(self.http, self.url)   # its /version, in the stage's provenance.json
                     return
             except requests.RequestException:
                 pass
@@ -226,7 +236,7 @@ class VLLMBackend:
 
     def with_model(self, model: Any) -> "VLLMBackend":
         """The same server, log-probs from ``model`` (a peft policy on this backend's weights)."""
-        return type(self)(self.server, HFBackend(model, self.tokenizer), self.cfg)
+        return type(self)(self.server, HFBackend(model, self.tokenizer, self.local.batch_size), self.cfg)
 
     def close(self) -> None:
         self.server.stop()
@@ -261,6 +271,21 @@ class VLLMBackend:
     def greedy_next(self, texts: list[str], max_new_tokens: int = 1) -> list[str]:
         _, choices = self._generate(texts, max_new_tokens, 0.0, None)
         return [self.tokenizer.decode(self._completion_ids(c), skip_special_tokens=True) for c in choices]
+
+    def next_token_logprobs(self, texts: list[str], top: int) -> list[dict[int, float]]:
+        """The server's top ``top`` next tokens after each text (one greedy token, its top
+        log-probs by token id): the forced read through the server, never a second HF copy."""
+        bodies = [{"model": self.served, "prompt": p, "max_tokens": 1, "temperature": 0.0,
+                   "logprobs": int(top), "return_tokens_as_token_ids": True} for p in self._ids(texts)]
+        out = []
+        for choice in self.server.complete(bodies):
+            tops = (choice.get("logprobs") or {}).get("top_logprobs") or [None]
+            if not tops[0]:
+                raise _stage_error("vLLM /v1/completions: no top_logprobs came back for a forced read")
+            ranked = sorted(((int(k.removeprefix("token_id:")), float(v)) for k, v in tops[0].items()),
+                            key=lambda kv: (-kv[1], kv[0]))
+            out.append(dict(ranked[:int(top)]))
+        return out
 
     def token_logprobs(self, batch: "Batch", temperature: float = 1.0) -> "torch.Tensor":
         return self.local.token_logprobs(batch, temperature)

@@ -172,6 +172,25 @@ def _pooled(records: dict) -> tuple[dict[str, list[dict[str, Any]]], list[dict[s
     return pooled, all_records
 
 
+def stage_provenance(evals: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """{stage id: its provenance.json} for each eval folder read and the folder of the model it
+    evaluated (its store sibling ``<store>/<kind>/<model_stage>``), where one was recorded."""
+    from .. import provenance as prov
+    out: dict[str, dict[str, Any]] = {}
+    for e in evals:
+        d = Path(e["dir"])
+        folders = {e.get("eval_stage") or d.name: d}
+        if e.get("model_stage") and len(d.parents) >= 2:
+            sid = str(e["model_stage"])
+            folders[sid] = d.parents[1] / sid.split("-", 1)[0] / sid
+        for sid, folder in folders.items():
+            if sid not in out:
+                doc = prov.read(folder)
+                if doc is not None:
+                    out[sid] = doc
+    return dict(sorted(out.items()))
+
+
 def write_run_results(run_id: str, resolved_cfg: dict[str, Any], lineage: list[dict[str, Any]],
                       evals: list[dict[str, Any]], out_dir: Path | str,
                       parent_evals: list[dict[str, Any]] | None = None, plots: bool = True,
@@ -186,6 +205,9 @@ def write_run_results(run_id: str, resolved_cfg: dict[str, Any], lineage: list[d
     both runs have gains its own ``effect`` against the parent's stage of that name. Every stage
     gains ``counts`` (beats start / constant / parent, k of n seeds; with natural_evals, the natural
     model measured the same way per seed: beats the natural base, full deflation).
+    ``provenance`` maps each stage and seed to its model and eval stage ids, and
+    ``stage_provenance`` each of those stage ids (and the natural evals') to the provenance.json
+    its folder holds (martingale.provenance: versions, vLLM server, weights' sha256), if any.
     """
     out = Path(out_dir)
     metrics, records, ids = _load(evals)
@@ -198,6 +220,7 @@ def write_run_results(run_id: str, resolved_cfg: dict[str, Any], lineage: list[d
         provenance.setdefault(e["stage"], {})[str(e["seed"])] = {
             "model_stage": e["model_stage"], "eval_stage": e["eval_stage"]}
     stages = {name: combine_seeds(by_stage[name]) for name in stage_order}
+    ran_with = stage_provenance(evals + list(natural_evals or []))
     parent = lineage[-1].get("parent") if lineage else None
     knob = lineage[-1].get("knob") if lineage else None
     natural = {int(e["seed"]): io.read_json(Path(e["dir"]) / "metrics.json") for e in natural_evals or []} or None
@@ -212,6 +235,7 @@ def write_run_results(run_id: str, resolved_cfg: dict[str, Any], lineage: list[d
         "run_id": run_id, "parent": parent, "knob": knob, "config_hash": config_hash(resolved_cfg),
         "seeds": sorted({int(e["seed"]) for e in evals}),
         "stage_order": stage_order, "stages": stages, "provenance": provenance,
+        "stage_provenance": ran_with,
         "effect": {"parent": parent, "knob": knob,
                    "compares": compares(final["stage"], final["parent_stage"]) if final else None,
                    "final": final, "headline": headline(final)}

@@ -43,12 +43,17 @@ def snap_draws(gen, questions, k: int, seed: int, temperature: float,
 
 
 def negation_stated(gen, world, questions, seed: int, temperature: float,
-                    prompts_cfg: dict[str, Any] | None = None) -> list[float | None]:
-    """The stated P of each question's negation (a reasoned trace on ``Q not ...``), backend ``gen``."""
+                    prompts_cfg: dict[str, Any] | None = None, read: str = "verbal") -> list[float | None]:
+    """The stated P of each question's negation (a reasoned trace on ``Q not ...``), backend ``gen``,
+    by the run's read (``elicit.read``: the P it writes, or its forced read after the trace)."""
+    from ..beliefs.forced import answer_context, forced_reads
     from ..beliefs.prompts import Prompts
     ask = Prompts(prompts_cfg, getattr(gen, "tokenizer", None))
     prompts = [ask.reasoned(q.negation()) for q in questions]
     batch = gen.sample(prompts, ask.trace_tokens(world.n_clues), temperature, seed + NEGATION_SEED)
+    if read == "forced":
+        contexts = [answer_context(p, c, ask.embedded) for p, c in zip(prompts, batch.texts)]
+        return [_r(p) for p, _ in forced_reads(gen, contexts, ask.forced_prefix, ask.forced_min_mass)]
     return [_r(parse_p(ask.reasoned_text(t))) for t in batch.texts]
 
 
@@ -79,8 +84,8 @@ def evaluate_model(gen, judge, cfg: dict[str, Any], questions, ctx=None) -> list
     elif n_draws:
         log.warning("eval.prior_draws=%d ignored: the samemode prior is one judge read of one trace, "
                     "not a snap draw to repeat (de-attenuation needs elicit.mode=snap)", n_draws)
-    negs = negation_stated(gen, world, questions, seed, temperature, cfg.get("prompts")) \
-        if cfg["eval"].get("negations") else None
+    negs = negation_stated(gen, world, questions, seed, temperature, cfg.get("prompts"),
+                           str(cfg["elicit"].get("read", "verbal"))) if cfg["eval"].get("negations") else None
     rows = []
     for i, q in enumerate(questions):
         extra: dict[str, Any] = {}
@@ -95,6 +100,7 @@ def evaluate_model(gen, judge, cfg: dict[str, Any], questions, ctx=None) -> list
             "bayes_cut": _r(world.bayes(q, k)), "bayes_end": _r(world.bayes(q)),
             "completion": ro.trace.texts[i],
             **({"snap_completion": ro.snap.texts[i]} if ro.snap is not None else {}),
+            **({k: _r(v[i]) for k, v in ro.reads.items()} if ro.reads is not None else {}),
             **extra,
         })
     return rows
@@ -127,6 +133,8 @@ def run(cfg: dict[str, Any], model: Path, judge_model: Path, out_dir: Path) -> N
     check_parse_rate(records, float(cfg["eval"]["min_parse_rate"]))
     metrics = stage_metrics(records, int(cfg["eval"]["n_bootstrap"]), float(cfg["eval"]["ci"]), seed)
     metrics.update(ctx.stats())      # e.g. api_judge: calls, cache hits, failures
+    if records and "stated_forced" in records[0]:
+        metrics["read"] = str(cfg["elicit"].get("read", "verbal"))   # which read brier and ms come from
     unparsed = [r["completion"][-80:] for r in records if r["stated"] is None]
     if unparsed:
         metrics["unparsed_examples"] = unparsed[:3]

@@ -14,6 +14,10 @@ Guards: an exploring policy may sample an empty utterance now and then: its epis
 is empty fails the stage (simulate.assert_spoke); after every step the adapter
 must move the utterance log-probs (more than ``model.vllm.adapter_floor``), else it was not applied
 and the stage fails; the merged model must differ from the start model.
+
+Each iteration logs one progress line (iteration k/N, reward, KL, loss, the human's MS, the adapter
+gap, tokens/s of the instructor's utterances — the human's reads are not counted — and an ETA) and,
+in a stage job, its row and timings to the stage's live wandb run (train.report_step).
 """
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ from typing import Any
 
 from .. import rewards
 from . import stage_kind
-from .common import StageError, log, make_world, seed_everything
+from .common import StageError, make_world, seed_everything
 
 ITERATION_SEED_STRIDE = 7919   # iteration k plays episodes seeded seed·7919 + k
 
@@ -76,10 +80,11 @@ def run(cfg: dict[str, Any], start_model: Path, human_model: Path, out_dir: Path
     from ..metrics import martingale_fit
     from ..model.backend import open_model
     from ..stats import MetricError
+    from ..tracking import live_run
     from ..world import episodes as ep_mod
     from .simulate import check_config, play
-    from .train import (advantages, check_adapter, lora_policy, serve_policy, update, weights_digest,
-                        write_trained)
+    from .train import (Pace, advantages, check_adapter, completion_tokens, lora_policy, report_step,
+                        serve_policy, update, weights_digest, write_trained)
 
     stage, sim, train, seed = cfg["stage"], cfg["simulate"], cfg["instructor"], int(cfg["seed"])
     name = f"instructor stage ({stage['reward']} reward)"
@@ -103,8 +108,9 @@ def run(cfg: dict[str, Any], start_model: Path, human_model: Path, out_dir: Path
     try:
         start_digest = weights_digest(start.model)
         policy = lora_policy(start, stage, cfg["model"])
-        t0 = time.time()
+        pace, live = Pace(int(train["iterations"])), live_run()   # live: the stage's wandb run
         for it in range(int(train["iterations"])):
+            t_it = time.perf_counter()
             qs = [train_q[i] for i in order.permutation(len(train_q))[:n]]
             episodes = ep_mod.setup(world, qs, sim, seed * ITERATION_SEED_STRIDE + it)
             policy.model.eval()
@@ -136,7 +142,8 @@ def run(cfg: dict[str, Any], start_model: Path, human_model: Path, out_dir: Path
                             "human_ms": ms, "adapter_gap": round(gap, 6), "unreadable": played.unreadable,
                             "silent_episodes": int(sum(played.silent)),
                             "brier_last": round(float(np.nanmean((batch["y"] - batch["stated"]) ** 2)), 6)})
-            log.info("%s iteration %d %s (%.0fs)", name, it, history[-1], time.time() - t0)
+            report_step(name, "iteration", it, pace, history[-1], completion_tokens(*played.turns),
+                        time.perf_counter() - t_it, live, tokens_label="utterance tok/s")
     finally:
         human.close()
         start.close()

@@ -11,12 +11,15 @@ applied each time, while the loss's log-probs come from the torch policy (as TRL
 stage whose merged weights equal its start model's (zero advantages, all-masked batches) fails.
 Every ``checkpoint_every`` steps a checkpoint (stages/checkpoint.py) is written beside the output
 folder: a killed stage rerun resumes from it and ends with the same bytes as an uninterrupted one.
+Each step logs one progress line (step k/N, reward, KL, loss, parse rate, tokens/s, ETA) and, in a
+stage job, its row and timings to the stage's live wandb run (tracking.live_run); timings never go
+into a file of the stage.
 """
 from __future__ import annotations
 
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -146,7 +149,7 @@ def rollout_loss(policy: Policy, ro, adv: torch.Tensor, beta: float, temperature
 def step_loss(policy: Policy, score: Callable[..., np.ndarray], qs, group: np.ndarray, ctx,
               elicit: dict[str, Any], stage: dict[str, Any], seed: int):
     """Roll the policy out on ``qs`` (``group``: each sample's question), reward, advantages, loss.
-    Returns (loss, mean k3, rewards, stated P, y)."""
+    Returns (loss, mean k3, rewards, stated P, y, completion tokens sampled: trace and snap)."""
     import numpy as np
     import torch
 
@@ -159,7 +162,57 @@ def step_loss(policy: Policy, score: Callable[..., np.ndarray], qs, group: np.nd
     adv = torch.tensor(advantages(rew, group, float(stage["adv_clip"])), dtype=torch.float32)
     policy.model.train()
     loss, kl = rollout_loss(policy, ro, adv, float(stage["kl_beta"]), float(stage["temperature"]))
-    return loss, kl, rew, _as_array(ro.stated), y
+    return loss, kl, rew, _as_array(ro.stated), y, completion_tokens(ro.trace, ro.snap)
+
+
+def completion_tokens(*batches) -> int:
+    """Completion tokens sampled in these batches (their ``completion_mask``; None skipped)."""
+    return int(sum(int(b.completion_mask.sum()) for b in batches if b is not None))
+
+
+@dataclass
+class Pace:
+    """The wall time of each step this process ran, for the progress line's ETA: the steps left
+    (of ``total``) times the mean step time so far."""
+    total: int
+    seconds: list[float] = field(default_factory=list)
+
+    def eta(self, done: int) -> float:
+        if not self.seconds:
+            return float("nan")
+        return max(self.total - done, 0) * sum(self.seconds) / len(self.seconds)
+
+
+def _clock(seconds: float) -> str:
+    if seconds != seconds:       # NaN: no step timed yet
+        return "?"
+    s = int(round(seconds))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+def _value(v) -> str:
+    return "-" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+PROGRESS_KEYS = (("reward", "reward"), ("kl", "kl"), ("loss", "loss"), ("parse_rate", "parse"),
+                 ("human_ms", "human_ms"), ("adapter_gap", "gap"), ("unreadable", "unreadable"))
+
+
+def report_step(name: str, unit: str, index: int, pace: Pace, row: dict[str, Any], tokens: int,
+                seconds: float, live=None, tokens_label: str = "tok/s") -> None:
+    """A step is done: one progress line in the job log (``unit`` k/N, the row's quantities,
+    tokens/s, ETA) and the row with its timings to the stage's live wandb run. Timings go nowhere
+    else: the stage's files stay the same bytes on every run."""
+    pace.seconds.append(seconds)
+    eta = pace.eta(index + 1)
+    rate = tokens / seconds if seconds > 0 else float("nan")
+    parts = [f"{name} {unit} {index + 1}/{pace.total}"]
+    parts += [f"{label} {_value(row[key])}" for key, label in PROGRESS_KEYS if key in row]
+    parts += [f"{rate:.0f} {tokens_label}", f"{seconds:.2f}s/{unit}", f"eta {_clock(eta)}"]
+    log.info(" ".join(parts))
+    if live:
+        live.log({**row, "perf/completion_tokens": tokens, "perf/tokens_per_s": rate,
+                  "perf/step_seconds": seconds, "perf/eta_seconds": eta}, step=index)
 
 
 def update(policy: Policy, loss: torch.Tensor) -> None:
@@ -198,12 +251,18 @@ def train_steps(policy: Policy, score: Callable[..., np.ndarray], train_q, ctx, 
     so a killed stage rerun ends with the same bytes. Returns the history rows."""
     import numpy as np
     import torch
+
+    from ..tracking import live_run
     stage, elicit, seed = cfg["stage"], cfg["elicit"], int(cfg["seed"])
     B, G, every = int(stage["batch_questions"]), int(stage["generations"]), int(stage["checkpoint_every"])
     order_rng = np.random.default_rng([seed, 11])
     done = checkpoint.resume(ckpt, policy, cfg, order_rng)
-    history, t0 = done.history, time.time()
+    history = done.history
     reload_every = int(cfg["model"]["vllm"]["reload_every"])
+    pace = Pace(int(stage["epochs"]) * (len(train_q) // B))
+    live = live_run()                               # the stage's wandb run (off outside a stage job)
+    for row in history:                             # resumed: the steps before the checkpoint, once
+        live.log(row, step=row["step"])
     if done.step:
         serve_policy(policy)                        # the resumed adapter, not the start model
     for epoch in range(done.epoch, int(stage["epochs"])):
@@ -213,11 +272,12 @@ def train_steps(policy: Policy, score: Callable[..., np.ndarray], train_q, ctx, 
             step = epoch * (len(perm) // B) + first // B
             if step < done.step:
                 continue                            # done before the checkpoint resumed from
+            t_step = time.perf_counter()
             if every and step % every == 0 and step > done.step:
                 checkpoint.save(ckpt, policy, cfg, checkpoint.Progress(step, epoch, history), epoch_rng)
             qs = [train_q[i] for i in perm[first:first + B] for _ in range(G)]
-            loss, kl, rew, stated, y = step_loss(policy, score, qs, np.repeat(np.arange(B), G), ctx,
-                                                 elicit, stage, seed * 100_003 + step)
+            loss, kl, rew, stated, y, tokens = step_loss(policy, score, qs, np.repeat(np.arange(B), G), ctx,
+                                                         elicit, stage, seed * 100_003 + step)
             if not torch.isfinite(loss):
                 raise StageError(f"{name}: loss is {float(loss)} at step {step} "
                                  f"(lr {stage['lr']}, kl_beta {stage['kl_beta']}): stopping")
@@ -226,8 +286,7 @@ def train_steps(policy: Policy, score: Callable[..., np.ndarray], train_q, ctx, 
             if (step + 1) % reload_every == 0:
                 serve_policy(policy)
             history.append({"step": step, "epoch": epoch, **step_row(loss, kl, rew, stated, y)})
-            if step % 20 == 0:
-                log.info("%s step %d %s (%.0fs)", name, step, history[-1], time.time() - t0)
+            report_step(name, "step", step, pace, history[-1], tokens, time.perf_counter() - t_step, live)
     return history
 
 

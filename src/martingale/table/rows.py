@@ -52,6 +52,14 @@ def _effect(evals: Any) -> Optional[dict]:
     return {k: head[k] for k in EFFECT if k in head} if isinstance(head, dict) else None
 
 
+def _provenance(evals: Any) -> Optional[dict]:
+    """What the run's stages ran with (eval.json's stage_provenance, compacted: martingale.provenance.
+    summary): {versions, weights_sha256}; None for results without it."""
+    from ..provenance import summary
+    docs = evals.get("stage_provenance") if isinstance(evals, dict) else None
+    return summary(docs, STORE) if isinstance(docs, dict) else None
+
+
 def _replicates(stage: dict) -> int:
     """Seeds that reached the last stage: a multi-seed stage lists them, one seed is one."""
     seeds = stage.get("seeds")
@@ -171,6 +179,7 @@ def build_row(root: Path, tree: RunTree, index: dict, files: _Files, run_id: str
         stage=stage,
         metrics={k: last[k] for k in HEADLINE if k in last},
         effect=_effect(evals),
+        provenance=_provenance(evals),
         replicates=_replicates(last),
         landed=landed.get("landed") if isinstance(landed, dict) else None,
         artifacts=_artifacts(root, run_id, chain),
