@@ -9,6 +9,19 @@ the best of R rounds is kept. vLLM's start-up (server start + /health + the HF c
 log-probs) is reported on its own line. HF runs on CUDA when there is one (else on the CPU), vLLM
 wherever its env's build runs. Needs .venv-vllm (`make vllm`).
 Usage: python bench/backend_throughput.py [--prompts 256] [--rounds 2] [--dtype float32]
+
+``--smollm2``: the same on a real chat model, SmolLM2-135M-Instruct (`make smollm2`), with the run
+smollm2's model section (conf/model/smollm2_135m.yaml: HF in batches of model.generate_batch by
+length, vLLM with its flags, chunked prefill off) through the project's backends
+(model.backend.HFBackend, model.vllm.VLLMBackend). The prompts are the log's snap prompt
+(conf/prompts/log.yaml) through the chat template on the 36 shipped ForecastBench questions, each
+background cut by words to fit 256 tokens (~250 a prompt, as tests/test_smollm2_vllm.py builds
+them), cycled to ``--prompts`` (default 36); both sample them with the same seeds, temperature 0.7
+(the run's eval.temperature), ``--max-tokens`` (default 48) new tokens. Each round also times a
+forced read (beliefs.forced.forced_reads: the answer prefilled with "P = 0.", P from the next
+token's top 20) of the same prompts through each backend; the line under the table says how far
+the two backends' forced reads are apart (the same weights: they should agree).
+Usage: python bench/backend_throughput.py --smollm2 [--prompts 36] [--rounds 2] [--max-tokens 48]
 """
 from __future__ import annotations
 
@@ -60,12 +73,12 @@ def build(model_cfg: dict, world_cfg: dict, out: Path, pretrain_steps: int, full
     return out
 
 
-def timed(gen, prompts: list[str], max_new: int, seed: int) -> tuple[float, int]:
+def timed(gen, prompts: list[str], max_new: int, seed: int, temperature: float = 1.0) -> tuple[float, int]:
     """(seconds, completion tokens) of one ``sample`` call."""
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     t0 = time.perf_counter()
-    batch = gen.sample(prompts, max_new, 1.0, seed)
+    batch = gen.sample(prompts, max_new, temperature, seed)
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     dt = time.perf_counter() - t0
@@ -75,7 +88,7 @@ def timed(gen, prompts: list[str], max_new: int, seed: int) -> tuple[float, int]
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--prompts", type=int, default=256, help="completions per timed call")
+    ap.add_argument("--prompts", type=int, default=None, help="completions per timed call (default 256; --smollm2: 36)")
     ap.add_argument("--rounds", type=int, default=2, help="timed calls per backend (best kept)")
     ap.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
                     help="model.dtype for both backends (default: the schema's)")
@@ -85,10 +98,16 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads for HF (0 = torch's default)")
     ap.add_argument("--vllm-python", type=Path, default=None,
                     help="vLLM's env python (default: model.vllm.python, .venv-vllm/bin/python)")
+    ap.add_argument("--smollm2", action="store_true",
+                    help="SmolLM2-135M-Instruct on the log's snap prompts (see the docstring)")
+    ap.add_argument("--max-tokens", type=int, default=48, help="--smollm2: new tokens a completion at most")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
+    if args.smollm2:
+        return smollm2(args)
+    args.prompts = 256 if args.prompts is None else args.prompts
 
     cfg = OmegaConf.to_container(OmegaConf.structured(Config), resolve=True)
     model_cfg = cfg["model"]
@@ -149,6 +168,123 @@ def main() -> int:
     print(f"{'hf':<10}{best['hf'][0]:>15.1f}{best['hf'][1]:>12.1f}")
     print(f"{'vllm':<10}{best['vllm'][0]:>15.1f}{best['vllm'][1]:>12.1f}")
     print(f"{'vllm/hf':<10}{best['vllm'][0] / best['hf'][0]:>15.2f}")
+    return 0
+
+
+SMOL_PROMPT_TOKENS = 256   # each background cut (by words) to fit: ~250 tokens a prompt
+
+
+def smollm2_prompts(tokenizer, questions_file: Path) -> list[str]:
+    """The log's snap prompt on each question of the file, through the chat template; a background
+    longer than fits SMOL_PROMPT_TOKENS is cut to its first words (as tests/test_smollm2_vllm.py)."""
+    from dataclasses import replace
+
+    from martingale.beliefs.prompts import Prompts
+    from martingale.world.jsonl import as_question
+    from martingale.world.questions import load_questions
+    prompts = Prompts(OmegaConf.to_container(OmegaConf.load(REPO / "conf/prompts/log.yaml"), resolve=True), tokenizer)
+
+    def length(q) -> int:
+        return len(tokenizer(prompts.snap(q), add_special_tokens=False)["input_ids"])
+
+    out = []
+    for q in (as_question(fq) for fq in load_questions(questions_file)):
+        words = (q.text or "").split()
+        lo, hi = 0, len(words)       # the most background words that fit
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if length(replace(q, text=" ".join(words[:mid]))) <= SMOL_PROMPT_TOKENS:
+                lo = mid
+            else:
+                hi = mid - 1
+        out.append(prompts.snap(replace(q, text=" ".join(words[:lo]))))
+    return out
+
+
+def timed_forced(gen, prompts: list[str], prefix: str, floor: float):
+    """(seconds, reads) of one forced read of every prompt (beliefs.forced.forced_reads)."""
+    from martingale.beliefs.forced import forced_reads
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    reads = forced_reads(gen, prompts, prefix, floor)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    assert len(reads) == len(prompts), (len(reads), len(prompts))
+    return time.perf_counter() - t0, reads
+
+
+def smollm2(args) -> int:
+    from transformers.utils import logging as hf_logging
+
+    from martingale.config.runs import RunTree
+    from martingale.model.vllm import VLLMBackend
+    hf_logging.disable_progress_bar()
+    cfg = RunTree.load(REPO / "conf").resolved_config("smollm2")
+    model_cfg = {**cfg["model"], "vllm": dict(cfg["model"]["vllm"])}
+    if args.dtype:
+        model_cfg["dtype"] = args.dtype
+    folder = REPO / model_cfg["path"]
+    if not (folder / "config.json").is_file():
+        print(f"backend_throughput: no {folder} (`make smollm2` fetches it)", file=sys.stderr)
+        return 2
+    python = args.vllm_python or Path(model_cfg["vllm"]["python"])
+    python = python if python.is_absolute() else REPO / python
+    if not python.is_file():
+        print(f"backend_throughput: vLLM env missing ({python} not found): run `make vllm` first",
+              file=sys.stderr)
+        return 2
+    model_cfg["vllm"].update(python=str(python), startup_timeout_s=max(600, model_cfg["vllm"]["startup_timeout_s"]))
+    if args.concurrency:
+        model_cfg["vllm"]["concurrency"] = args.concurrency
+    prefix = str(cfg["prompts"]["forced_prefix"])
+    floor = float(cfg["prompts"].get("forced_min_mass", 0.5))
+    max_new, n = int(args.max_tokens), 36 if args.prompts is None else args.prompts
+    temperature = float(cfg["eval"]["temperature"])            # 0.7
+
+    hf = HFBackend.load(folder, {**model_cfg, "backend": "hf"})
+    hf_device = torch.cuda.get_device_name(0) if next(hf.model.parameters()).is_cuda else "cpu"
+    shipped = smollm2_prompts(hf.tokenizer, REPO / cfg["world"]["questions_file"])
+    prompts = (shipped * (n // len(shipped) + 1))[:n]
+    lengths = [len(x) for x in hf.tokenizer(prompts, add_special_tokens=False)["input_ids"]]
+
+    t0 = time.perf_counter()
+    vl = VLLMBackend.load(folder, {**model_cfg, "backend": "vllm"})
+    startup = time.perf_counter() - t0
+    best = {"hf": (0.0, 0.0, 0.0), "vllm": (0.0, 0.0, 0.0)}   # (completions/s, tokens/s, forced reads/s)
+    reads = {}
+    try:
+        warm = prompts[:2]
+        for gen in (hf, vl):
+            gen.sample(warm, 8, temperature, 0)
+            timed_forced(gen, warm, prefix, floor)
+        for r in range(args.rounds):
+            order = [("hf", hf), ("vllm", vl)] if r % 2 == 0 else [("vllm", vl), ("hf", hf)]
+            for name, gen in order:
+                dt, tokens = timed(gen, prompts, max_new, seed=1000 + r, temperature=temperature)
+                ft, reads[name] = timed_forced(gen, prompts, prefix, floor)
+                rate = (len(prompts) / dt, tokens / dt, len(prompts) / ft)
+                print(f"  round {r + 1} {name:4s}: sample {dt:7.2f} s  {rate[0]:8.2f} completions/s  "
+                      f"{rate[1]:8.1f} tokens/s; forced read {ft:6.2f} s  {rate[2]:8.2f} reads/s", flush=True)
+                best[name] = tuple(max(a, b) for a, b in zip(best[name], rate))
+    finally:
+        vl.close()
+
+    gaps = [abs(a - b) for (a, _), (b, _) in zip(reads["hf"], reads["vllm"]) if a is not None and b is not None]
+    parsed = {k: sum(p is not None for p, _ in v) for k, v in reads.items()}
+    print(f"\nSmolLM2-135M-Instruct ({folder.relative_to(REPO) if folder.is_relative_to(REPO) else folder}), "
+          f"dtype {model_cfg['dtype']}: {len(prompts)} snap prompts ({min(lengths)}–{max(lengths)} tokens, "
+          f"mean {sum(lengths) / len(lengths):.0f}), max_new_tokens {max_new}, temperature {temperature}, "
+          f"seeds 1000 + round, best of {args.rounds}; HF generate_batch {model_cfg['generate_batch']} on "
+          f"{hf_device}; vLLM concurrency {model_cfg['vllm']['concurrency']}; {os.cpu_count()} CPUs")
+    print(f"vLLM start-up (server ready + HF copy): {startup:.1f} s (not in the rates below)")
+    print(f"{'backend':<10}{'completions/s':>15}{'tokens/s':>12}{'forced reads/s':>16}")
+    for name in ("hf", "vllm"):
+        print(f"{name:<10}{best[name][0]:>15.2f}{best[name][1]:>12.1f}{best[name][2]:>16.2f}")
+    print(f"{'vllm/hf':<10}{best['vllm'][0] / best['hf'][0]:>15.2f}{best['vllm'][1] / best['hf'][1]:>12.2f}"
+          f"{best['vllm'][2] / best['hf'][2]:>16.2f}")
+    print(f"forced read (prefix {prefix!r}, top 20, mass >= {floor}): parsed hf {parsed['hf']}/{len(prompts)}, "
+          f"vllm {parsed['vllm']}/{len(prompts)}; max |P_hf - P_vllm| {max(gaps) if gaps else float('nan'):.4f}")
     return 0
 
 

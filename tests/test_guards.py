@@ -1,6 +1,7 @@
 """The stage guards that need no server (the vLLM ones are in tests/test_vllm.py), each with its
 fault injected: a training stage that did not move the model, and an eval under its parse-rate
-floor. Each fails the stage with one line and writes nothing."""
+floor (the helper, then the real evaluate and simulate stage bodies). Each fails the stage with one
+line and writes nothing."""
 from __future__ import annotations
 
 import pytest
@@ -51,3 +52,39 @@ def test_the_parse_rate_floor_is_a_fraction_checked_at_check_time():
     from martingale.config.schema import DOMAINS
     assert DOMAINS["eval.min_parse_rate"].problem(1.5) is not None
     assert DOMAINS["eval.min_parse_rate"].problem(0.5) is None
+
+
+# The parse-rate floor inside the stage bodies themselves: an untrained model states no P, so a
+# floor of 0.5 fails the real evaluate and simulate stages (one line, no output folder); the same
+# call with the floor at 0 builds the folder, so it is the floor that failed them.
+PARSE_FLOOR = r"^eval: parse rate 0\.\d{3} < eval\.min_parse_rate 0\.5 \(\d+ of \d+ answers state no P; e\.g\. '"
+
+
+def _measure_cfg(default_cfg, floor: float, **extra) -> dict:
+    return {**default_cfg, "seed": 0, "eval": {**default_cfg["eval"], "n_bootstrap": 10, "min_parse_rate": floor},
+            **extra}
+
+
+def test_the_evaluate_stage_under_its_parse_rate_floor_fails_and_writes_nothing(tmp_path, default_cfg,
+                                                                               untrained_model):
+    out = tmp_path / "out"
+    with pytest.raises(StageError, match=PARSE_FLOOR) as info:
+        evaluate.run(_measure_cfg(default_cfg, 0.5), model=untrained_model, judge_model=untrained_model,
+                     out_dir=out)
+    assert "\n" not in str(info.value) and not out.exists()
+    evaluate.run(_measure_cfg(default_cfg, 0.0), model=untrained_model, judge_model=untrained_model, out_dir=out)
+    assert (out / "records.jsonl").exists()
+
+
+def test_the_simulate_stage_under_its_parse_rate_floor_fails_and_writes_nothing(tmp_path, default_cfg,
+                                                                               untrained_model):
+    from martingale.stages import simulate
+    sim = {**default_cfg["simulate"], "episodes": 8, "turns": 2}
+    out = tmp_path / "out"
+    with pytest.raises(StageError, match=PARSE_FLOOR) as info:
+        simulate.run(_measure_cfg(default_cfg, 0.5, simulate=sim), model=untrained_model,
+                     human_model=untrained_model, out_dir=out)
+    assert "\n" not in str(info.value) and not out.exists()
+    simulate.run(_measure_cfg(default_cfg, 0.0, simulate=sim), model=untrained_model,
+                 human_model=untrained_model, out_dir=out)
+    assert (out / "records.jsonl").exists()

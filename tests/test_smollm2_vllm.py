@@ -98,3 +98,34 @@ def test_the_server_serves_the_same_weights_as_hf(smollm2):
     report = backend.verify(sorted(prompts, key=len)[:4])   # the 4 shortest: HF's side is the slow one
     assert report["parity_probes"] == 4
     assert report["parity_max_logprob_gap"] <= float(backend.cfg["vllm"]["parity_tol"])
+
+
+def test_a_forced_read_through_the_server_is_the_one_hf_reads(smollm2):
+    """The forced read on vLLM comes from the server's top log-probs (never a second HF copy), and
+    reads the same P and mass as HF's next-token distribution on the same weights."""
+    from martingale.beliefs.forced import forced_reads
+    backend, prompts = smollm2
+    short = sorted(prompts, key=len)[:4]
+    served = forced_reads(backend, short, "P = 0.", 0.5)
+    local = forced_reads(backend.local, short, "P = 0.", 0.5)
+    assert all(p is not None and m > 0.5 for p, m in served)
+    for (p, m), (q, n) in zip(served, local):
+        assert abs(p - q) < 1e-3 and abs(m - n) < 1e-3
+
+
+def test_a_no_op_adapter_on_the_real_architecture_is_caught_as_not_applied(smollm2, tmp_path):
+    """A LoRA adapter whose B matrices are zero (peft's initialisation) changes nothing: the server
+    serving it must fail the guard, as it does on the embedded model."""
+    from peft import LoraConfig, get_peft_model
+
+    from martingale.stages.common import StageError
+    backend, prompts = smollm2
+    policy = get_peft_model(backend.local.model, LoraConfig(r=8, lora_alpha=16, target_modules=list(backend.cfg["lora_targets"])))
+    try:
+        policy.save_pretrained(tmp_path / "noop")
+        backend.load_adapter("noop", tmp_path / "noop")
+        with pytest.raises(StageError, match=r"^adapter not applied: noop changes no probe log-prob"):
+            backend.check_adapter("noop", sorted(prompts, key=len)[:2])
+    finally:
+        policy.unload()
+        backend.served = backend.base_name

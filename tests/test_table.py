@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import time
+from contextlib import contextmanager
 
 import pytest
 
 from martingale import manifest
+from martingale.locks import live_snakemakes, stale_lock
 from martingale.plan import Plan, stage_dir
 from martingale.table import TableError, build_table, schema_errors, write_table
 
@@ -130,16 +134,93 @@ def test_the_config_hash_follows_the_resolved_config(proj):
     assert after["A-on-D"] != before["A-on-D"] and after["D"] == before["D"]
 
 
-def test_a_stage_being_written_under_a_running_snakemake_marks_the_run_running(proj):
-    plan = Plan.load(proj)
-    sid = plan.run_stages("A-on-D")[1].model_stage
+def stage_being_written(proj) -> str:
+    """A-on-D's s1 train stage with its io.atomic_dir temp folder and the start of its job log; its id."""
+    sid = Plan.load(proj).run_stages("A-on-D")[1].model_stage
     tmp = proj / stage_dir(sid)
     tmp.parent.mkdir(parents=True)
     (tmp.parent / f".{sid}.x1y2.tmp").mkdir()
-    assert {r["run_id"]: r for r in build_table(proj)}["A-on-D"]["state"] == "queued"   # no Snakemake
+    log = proj / "logs" / "train" / f"{sid}.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("10:00:00 INFO martingale: step 3/30 loss 2.1\n")     # no failure (yet)
+    return sid
+
+
+def lock(proj) -> None:
     (proj / ".snakemake/locks").mkdir(parents=True)
     (proj / ".snakemake/locks/0.output.lock").write_text("")
-    assert {r["run_id"]: r for r in build_table(proj)}["A-on-D"]["state"] == "running"
+
+
+@contextmanager
+def live_snakemake(proj):
+    """A live process named snakemake working in proj (what martingale.locks looks for)."""
+    proc = subprocess.Popen(["bash", "-c", "exec -a snakemake sleep 60"], cwd=proj)
+    try:
+        for _ in range(100):
+            if live_snakemakes(proj):
+                break
+            time.sleep(0.05)
+        assert live_snakemakes(proj) == [proc.pid]
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_stage_being_written_under_a_running_snakemake_marks_the_run_running(proj):
+    stage_being_written(proj)
+    assert {r["run_id"]: r for r in build_table(proj)}["A-on-D"]["state"] == "queued"   # no lock
+    lock(proj)
+    with live_snakemake(proj):
+        row = {r["run_id"]: r for r in build_table(proj)}["A-on-D"]
+        assert row["state"] == "running" and row["log"] is None
+    # the same files once that Snakemake is gone (killed: its lock stays): no longer running
+    assert {r["run_id"]: r for r in build_table(proj)}["A-on-D"]["state"] == "crashed"
+
+
+def test_running_outranks_an_earlier_attempts_failure_only_while_snakemake_lives(proj):
+    sid = stage_being_written(proj)
+    with open(proj / "logs" / "train" / f"{sid}.log", "a") as f:       # a retry appends to the log
+        f.write("10:01:00 ERROR martingale: stage failed\nTraceback (most recent call last):\n")
+    lock(proj)
+    with live_snakemake(proj):
+        assert {r["run_id"]: r for r in build_table(proj)}["A-on-D"]["state"] == "running"
+    row = {r["run_id"]: r for r in build_table(proj)}["A-on-D"]
+    assert row["state"] == "crashed" and row["log"] == f"logs/train/{sid}.log"
+
+
+def test_a_stale_lock_with_a_leftover_temp_folder_marks_the_run_crashed_not_running(proj):
+    """kill -9 of a build: the lock and the stage's temp folder stay, its job log is cut off
+    mid-run (no failure written); no Snakemake runs. The row is crashed, naming that log."""
+    sid = stage_being_written(proj)
+    lock(proj)
+    assert stale_lock(proj)
+    table = {r["run_id"]: r for r in build_table(proj)}
+    assert table["A-on-D"]["state"] == "crashed" and table["A-on-D"]["log"] == f"logs/train/{sid}.log"
+    assert table["D"]["state"] == "queued"                # D does not need that stage
+    tmp = next((proj / stage_dir(sid)).parent.glob(f".{sid}.*.tmp"))
+    tmp.rmdir()                                            # killed mid-training: only the log shows it
+    row = {r["run_id"]: r for r in build_table(proj)}["A-on-D"]
+    assert row["state"] == "crashed" and row["log"] == f"logs/train/{sid}.log"
+    tmp.mkdir()
+    (proj / "logs" / "train" / f"{sid}.log").unlink()      # a job killed before its log was opened
+    row = {r["run_id"]: r for r in build_table(proj)}["A-on-D"]
+    assert row["state"] == "crashed" and row["log"] is None
+    (proj / stage_dir(sid)).mkdir(parents=True)            # rebuilt since: the leftover is not read
+    manifest.write(proj / stage_dir(sid))
+    assert {r["run_id"]: r for r in build_table(proj)}["A-on-D"]["state"] == "queued"
+
+
+def test_a_killed_aggregate_under_a_stale_lock_marks_the_run_crashed(proj):
+    plan = Plan.load(proj)
+    plan.write_index()
+    log = proj / "logs" / "aggregate" / "D.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("10:00:00 INFO martingale: aggregate D\n")          # cut off: no eval.json
+    assert {r["run_id"]: r for r in build_table(proj)}["D"]["state"] == "queued"    # no lock
+    lock(proj)
+    row = {r["run_id"]: r for r in build_table(proj)}["D"]
+    assert row["state"] == "crashed" and row["log"] == "logs/aggregate/D.log"
 
 
 def killed_train_stage(proj) -> str:

@@ -62,3 +62,37 @@ def test_nan_loss_stops_the_stage_with_a_clear_error_and_writes_nothing(tmp_path
     with pytest.raises(StageError, match=r"train stage \(B reward\): loss is nan at step 0"):
         train.run(cfg, untrained_model, untrained_model, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_loss_accumulated_a_few_rows_at_a_time_has_the_whole_batchs_gradient(default_cfg, untrained_model):
+    """model.loss_batch: the loss's gradient accumulated over row chunks (padding cut, logits at
+    completion positions only) equals the gradient of the whole batch's loss."""
+    import torch
+
+    from martingale.beliefs.elicit import rollout
+    from martingale.beliefs.readers import ReadContext
+    from martingale.model.backend import HFBackend
+    from martingale.stages.train import lora_policy, rollout_loss
+    from martingale.world.synthetic import SyntheticWorld
+    world = SyntheticWorld(default_cfg["world"])
+    qs = [q for q in world.splits()[0][:3] for _ in range(2)]
+    stage = {**default_cfg["stages"]["s1"], "lora_r": 4}
+    grads = []
+    for rows in (0, 2):
+        torch.manual_seed(0)
+        policy = lora_policy(HFBackend.load(untrained_model, default_cfg["model"]), stage,
+                             {**default_cfg["model"], "loss_batch": rows})
+        with torch.no_grad():
+            for p in policy.params:
+                p.normal_(0, 0.05)
+        ro = rollout(policy.gen, qs, ReadContext(world=world, judge=policy.gen, config=default_cfg),
+                     {"mode": "samemode", "judge": "trace", "cut": 0.5}, seed=3, temperature=1.0)
+        adv = torch.linspace(-1, 1, len(qs))
+        policy.opt.zero_grad(set_to_none=True)
+        loss, kl = rollout_loss(policy, ro, adv, beta=0.1, temperature=1.0)
+        if loss.requires_grad:
+            loss.backward()
+        grads.append((float(loss), float(kl), [p.grad.clone() for p in policy.params]))
+    (l0, k0, g0), (l1, k1, g1) = grads
+    assert abs(l0 - l1) < 1e-5 and abs(k0 - k1) < 1e-6
+    assert all(torch.allclose(a, b, atol=1e-6, rtol=1e-4) for a, b in zip(g0, g1))

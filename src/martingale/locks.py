@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Optional
 
 
 def locked(root: Path | str) -> bool:
@@ -34,6 +35,15 @@ def live_snakemakes(root: Path | str) -> list[int]:
     return pids
 
 
+def lock_state(root: Path | str) -> Optional[str]:
+    """The lock's state: "live" while a live Snakemake in root holds it, "stale" when none does
+    (left by a killed run: --unlock is safe), None without a lock. The one test of a stale lock,
+    for `martingale status` and for the table's running/crashed states alike."""
+    if not locked(root):
+        return None
+    return "live" if live_snakemakes(root) else "stale"
+
+
 def stale_lock(root: Path | str) -> bool:
     """A lock that no live Snakemake in root holds: left by a killed run; --unlock is safe."""
-    return locked(root) and not live_snakemakes(root)
+    return lock_state(root) == "stale"

@@ -445,6 +445,17 @@ def _fit(s: StageColumns) -> dict[str, Any]:
     return fit
 
 
+def _identity_gap(s: StageColumns) -> dict[str, Any]:
+    """The log's identity checked on the stage's own pairs: gap = MS − (ρ·σ_post/σ_prior − 1), to
+    1e-9 (exact for an OLS slope; a gap means the MS was not the slope of these pairs). An identity
+    has no sampling error: its interval is [gap, gap]."""
+    fit = martingale_fit(s.prior[s.pair], s.post[s.pair])
+    if np.isnan(fit["rho"]):
+        raise MetricError("ms_identity_gap: constant posterior (σ_post = 0): ρ is undefined")
+    gap = round(fit["ms"] - (fit["rho"] * fit["sigma_ratio"] - 1.0), 9) + 0.0
+    return {"ms_identity_gap": gap, "ms_identity_gap_ci": [gap, gap]}
+
+
 def _signed_lin_r2(s: StageColumns) -> float:
     """Signed linR² = sign(MS) · linR²: how much of the update the prior predicts, with the
     direction (> 0 entrenchment, < 0 regression); the log's "signed linR²"."""
@@ -542,7 +553,8 @@ STAGE_METRICS: tuple[Metric, ...] = (
     Metric(("overconfidence",), _overconfidence), Metric(("overconfidence_ci",), _overconfidence_ci),
     Metric(EXTREME_KEYS, _extremes), Metric(("ece",), _ece), Metric(MURPHY_KEYS, _murphy),
     Metric(("brier_ci",), _brier_ci), Metric(("coherence",), _coherence),
-    Metric(MS_FIT_KEYS, _fit), Metric(("signed_lin_r2",), _signed_lin_r2), Metric(("inertia",), _inertia),
+    Metric(MS_FIT_KEYS, _fit), Metric(("ms_identity_gap", "ms_identity_gap_ci"), _identity_gap),
+    Metric(("signed_lin_r2",), _signed_lin_r2), Metric(("inertia",), _inertia),
     Metric(("ms_ci",), _ms_ci), Metric(("brier_prior",), _brier_prior), Metric(("delta_brier",), _delta_brier),
     Metric(("delta_brier_ci",), _delta_brier_ci),
     Metric(("ms_trace",), _ms_trace), Metric(("ms_trace_ci",), _ms_trace_ci),
@@ -585,7 +597,7 @@ def stage_metrics(records: list[dict[str, Any]], n_bootstrap: int = 1000, level:
         if metric.applies(s):
             _put(metric, s, out, undefined)
     if records and "stated_forced" in records[0]:
-        out.update(read_metrics(records, n_bootstrap, level, seed))
+        out.update(read_metrics(records, n_bootstrap, level, seed, undefined))
     out["undefined"] = undefined
     return out
 
@@ -598,7 +610,8 @@ def _mean_of(values: list[Any]) -> float:
     return float(np.nanmean(arr)) if np.isfinite(arr).any() else float("nan")
 
 
-def read_metrics(records: list[dict[str, Any]], n_bootstrap: int, level: float, seed: int) -> dict[str, Any]:
+def read_metrics(records: list[dict[str, Any]], n_bootstrap: int, level: float, seed: int,
+                 undefined: dict[str, str] | None = None) -> dict[str, Any]:
     """Both reads side by side (beliefs/forced.py), for a stage whose records carry them: per read
     ``verbal_<k>`` / ``forced_<k>`` for k in READ_KEYS (parse_rate of the forced read = the share
     of answers whose valid tokens held at least prompts.forced_min_mass); ``forced_mass`` = mean
@@ -611,10 +624,13 @@ def read_metrics(records: list[dict[str, Any]], n_bootstrap: int, level: float, 
                  "stated": r[f"stated_{read}"]} for r in records]
         s = StageColumns.from_records(cols, n_bootstrap, level, seed)
         block: dict[str, Any] = {}
+        why: dict[str, str] = {}
         for metric in STAGE_METRICS:
             if metric.applies(s) and set(metric.keys) & set(READ_KEYS):
-                _put(metric, s, block, {})
+                _put(metric, s, block, why)
         out.update({f"{read}_{k}": block[k] for k in READ_KEYS if k in block})
+        if undefined is not None:
+            undefined.update({f"{read}_{k}": why[k] for k in READ_KEYS if k in why})
     out["forced_mass"] = _mean_of([r.get("stated_forced_mass") for r in records])
     out["forced_prior_mass"] = _mean_of([r.get("prior_forced_mass") for r in records])
     verbal = nan_array([r["stated_verbal"] for r in records])
@@ -622,6 +638,8 @@ def read_metrics(records: list[dict[str, Any]], n_bootstrap: int, level: float, 
     both = np.isfinite(verbal) & np.isfinite(forced)
     out["n_read_pairs"] = int(both.sum())
     out["read_coherence"] = float(np.abs(verbal[both] - forced[both]).mean()) if both.any() else float("nan")
+    if undefined is not None and not both.any():
+        undefined["read_coherence"] = "no answer parsed under both reads"
     return out
 
 

@@ -64,16 +64,17 @@ def stage_id(kind: str, cfg: dict, inputs: dict[str, str]) -> str:
 
 
 SERVING_KEYS = ("backend", "server_url", "vllm")   # how a model is served, not what it is
+UNSET_IS_DEFAULT = ("generate_batch", "loss_batch")  # model keys in an id only where set (0 = as before they existed)
 PLACEMENT_KEYS = ("resources", "device")           # where a stage runs (Snakemake resources), not what it computes
 
 
 def _model_slice(model: dict, kind: StageKind) -> dict:
     """The model without where its stage runs, and without how it is served for a kind that does
     not generate through ``model.backend``; ``generate_batch`` only where it is set and the kind
-    generates (the ids of every run from before it stay as they were)."""
+    generates (the ids of every run from before it stay as they were); ``loss_batch`` likewise."""
     drop = PLACEMENT_KEYS if kind.serves else (*PLACEMENT_KEYS, *SERVING_KEYS)
     return {k: v for k, v in model.items()
-            if k not in drop and not (k == "generate_batch" and (not v or not kind.serves))}
+            if k not in drop and not (k in UNSET_IS_DEFAULT and (not v or not kind.serves))}
 
 
 QUESTION_SOURCE = {"name": "synthetic", "questions_file": None}   # where the questions come from

@@ -82,6 +82,8 @@ class ModelConfig:
     lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
     generate_batch: int = 0       # hf: prompts per generate call, grouped by length (0 = all at once); a
                                   # real model's prompts vary in length, and left-padding to the longest is slow
+    loss_batch: int = 0           # training: rollout rows per forward/backward of the loss, gradients accumulated
+                                  # (0 = the whole rollout at once); a real model's long prompts do not fit at once
     server_url: Optional[str] = None  # backend vllm: a server you run (served as model.name); null = one per stage
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
     resources: Resources = field(default_factory=Resources)
@@ -552,6 +554,7 @@ DOMAINS: dict[str, Domain] = {
     "model.device": OneOf(("auto", "cuda", "cpu")),
     "model.lora_targets": Names(),
     "model.generate_batch": Int(0),
+    "model.loss_batch": Int(0),
     # model.vllm, model.server_url: model/vllm.py (the server's argv, the client, the guards)
     "model.server_url": Url(),
     "model.vllm.python": PathValue(optional=False),

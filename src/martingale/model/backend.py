@@ -36,9 +36,10 @@ class Backend(Protocol):
     def next_token_logprobs(self, texts: list[str], top: int) -> list[dict[int, float]]:
         """The ``top`` most likely next tokens after each text, {token id: log π} (the forced read)."""
 
-    def token_logprobs(self, batch: "Batch", temperature: float = 1.0) -> "torch.Tensor":
+    def token_logprobs(self, batch: "Batch", temperature: float = 1.0, completion_only: bool = False) -> "torch.Tensor":
         """log π(token | prefix) at each position of the batch, 0 off its completion tokens, [B, T];
-        π at ``temperature`` (logits / T), the distribution the samples were drawn from."""
+        π at ``temperature`` (logits / T), the distribution the samples were drawn from
+        (``completion_only``: vocabulary logits computed at the completion positions only)."""
 
     def with_model(self, model: Any) -> "Backend":
         """The same backend generating with ``model`` (a peft policy on these weights)."""
@@ -131,9 +132,9 @@ class HFBackend:
         from .generate import next_token_logprobs
         return next_token_logprobs(self.model, self.tokenizer, texts, top)
 
-    def token_logprobs(self, batch: "Batch", temperature: float = 1.0) -> "torch.Tensor":
+    def token_logprobs(self, batch: "Batch", temperature: float = 1.0, completion_only: bool = False) -> "torch.Tensor":
         from .generate import token_logprobs
-        return token_logprobs(self.model, batch, temperature)
+        return token_logprobs(self.model, batch, temperature, completion_only)
 
     def with_model(self, model: Any) -> "HFBackend":
         return type(self)(model, self.tokenizer, self.batch_size)

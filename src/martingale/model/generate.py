@@ -70,17 +70,35 @@ def _sample(model, tokenizer, prompts: list[str], max_new_tokens: int, temperatu
     return Batch(input_ids, attention, cmask, texts)
 
 
-def token_logprobs(model, batch: Batch, temperature: float = 1.0) -> torch.Tensor:
+def token_logprobs(model, batch: Batch, temperature: float = 1.0, completion_only: bool = False) -> torch.Tensor:
     """log π_T(token | prefix) at every position (0 where not a completion token), shape [B, T];
-    π_T = softmax(logits / T), the distribution sampling at temperature T draws from."""
+    π_T = softmax(logits / T), the distribution sampling at temperature T draws from.
+    ``completion_only``: the vocabulary logits of the completion positions only (a real model's
+    [B, T, 49k] logits over a long prompt do not fit in memory; the same values)."""
     ids, attn = batch.input_ids.to(model.device), batch.attention_mask.to(model.device)
     position_ids = (attn.cumsum(dim=1) - 1).clamp(min=0)
-    logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids).logits[:, :-1]
+    start = 1
+    if completion_only:
+        cols = batch.completion_mask.any(dim=0).nonzero()
+        start = max(1, int(cols[0])) if len(cols) else ids.shape[1] - 1
+        logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids,
+                       logits_to_keep=ids.shape[1] - start + 1).logits[:, :-1]
+    else:
+        logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids).logits[:, :-1]
     logits = logits.float() if temperature == 1.0 else logits.float() / float(temperature)
     logp = torch.log_softmax(logits, dim=-1)
-    tok = logp.gather(-1, ids[:, 1:, None]).squeeze(-1)
-    tok = F.pad(tok, (1, 0))
+    tok = logp.gather(-1, ids[:, start:, None]).squeeze(-1)
+    tok = F.pad(tok, (start, 0))
     return tok * batch.completion_mask.to(model.device)
+
+
+def rows_of(batch: Batch, rows: list[int]) -> Batch:
+    """The batch's rows ``rows``, without the columns that are padding in all of them."""
+    ids, attn = batch.input_ids[rows], batch.attention_mask[rows]
+    used = attn.any(dim=0).nonzero()
+    lo, hi = (int(used[0]), int(used[-1]) + 1) if len(used) else (0, ids.shape[1])
+    return Batch(ids[:, lo:hi], attn[:, lo:hi], batch.completion_mask[rows][:, lo:hi],
+                 [batch.texts[i] for i in rows])
 
 
 @torch.no_grad()

@@ -287,8 +287,8 @@ class VLLMBackend:
             out.append(dict(ranked[:int(top)]))
         return out
 
-    def token_logprobs(self, batch: "Batch", temperature: float = 1.0) -> "torch.Tensor":
-        return self.local.token_logprobs(batch, temperature)
+    def token_logprobs(self, batch: "Batch", temperature: float = 1.0, completion_only: bool = False) -> "torch.Tensor":
+        return self.local.token_logprobs(batch, temperature, completion_only)
 
     # -- adapters ------------------------------------------------------------------------------
     def load_adapter(self, name: str, folder: Path) -> None:

@@ -95,6 +95,7 @@ class Policy:
     params: list
     adapter_dir: Path | None = None
     probes: tuple[str, ...] = ()
+    loss_batch: int = 0             # model.loss_batch: rows per forward/backward of the loss (0 = all at once)
 
 
 def lora_policy(start, stage: dict[str, Any], model_cfg: dict[str, Any]) -> Policy:
@@ -108,7 +109,7 @@ def lora_policy(start, stage: dict[str, Any], model_cfg: dict[str, Any]) -> Poli
                                                    target_modules=list(model_cfg["lora_targets"])))
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=float(stage["lr"]), weight_decay=0.0)
-    return Policy(model, start.with_model(model), opt, params)
+    return Policy(model, start.with_model(model), opt, params, loss_batch=int(model_cfg.get("loss_batch") or 0))
 
 
 def serve_policy(policy: Policy) -> None:
@@ -132,10 +133,14 @@ def weights_digest(model) -> str:
 def rollout_loss(policy: Policy, ro, adv: torch.Tensor, beta: float, temperature: float):
     """policy_loss averaged over the rollout's batches (the trace; the snap answer in snap mode),
     the reference log-probs from the same model with its adapter off, both at the sampling
-    temperature (the distribution the samples came from). Returns (loss, mean k3)."""
+    temperature (the distribution the samples came from). Returns (loss, mean k3). With
+    ``policy.loss_batch`` (model.loss_batch) the gradient is accumulated here, a few rows at a time
+    (``chunked_loss``), and the loss comes back detached."""
     import torch
     loss, kl = 0.0, 0.0
     batches = [ro.trace] + ([ro.snap] if ro.snap is not None else [])
+    if policy.loss_batch:
+        return chunked_loss(policy, batches, adv, beta, temperature)
     for b in batches:
         logp = policy.gen.token_logprobs(b, temperature)
         with torch.no_grad(), policy.model.disable_adapter():
@@ -143,6 +148,34 @@ def rollout_loss(policy: Policy, ro, adv: torch.Tensor, beta: float, temperature
         part_loss, part_kl = policy_loss(logp, ref, adv.to(logp.device),
                                          b.completion_mask.to(logp.device).float(), beta)
         loss, kl = loss + part_loss / len(batches), kl + part_kl.detach() / len(batches)
+    return loss, kl
+
+
+def chunked_loss(policy: Policy, batches: list, adv: torch.Tensor, beta: float, temperature: float):
+    """rollout_loss's gradient accumulated ``policy.loss_batch`` rows at a time, each row chunk
+    weighted by its share of the batch's completion tokens (the sum is the whole batch's mean), its
+    padding columns cut and vocabulary logits at completion positions only: a real model's long
+    prompts do not fit in memory at once. Returns (loss, mean k3), detached."""
+    import torch
+
+    from ..model.generate import rows_of
+    policy.opt.zero_grad(set_to_none=True)
+    loss, kl = torch.zeros(()), torch.zeros(())
+    for b in batches:
+        denom = b.completion_mask.sum().clamp(min=1).float()
+        for first in range(0, b.input_ids.shape[0], policy.loss_batch):
+            rows = list(range(first, min(first + policy.loss_batch, b.input_ids.shape[0])))
+            sub = rows_of(b, rows)
+            mask = sub.completion_mask.float()
+            if not mask.any():
+                continue
+            logp = policy.gen.token_logprobs(sub, temperature, completion_only=True)
+            with torch.no_grad(), policy.model.disable_adapter():
+                ref = policy.gen.token_logprobs(sub, temperature, completion_only=True)
+            part, part_kl = policy_loss(logp, ref, adv[rows].to(logp.device), mask.to(logp.device), beta)
+            share = mask.sum() / denom / len(batches)
+            (part * share.to(part.device)).backward()
+            loss, kl = loss + (part * share).detach().cpu(), kl + (part_kl * share).detach().cpu()
     return loss, kl
 
 
@@ -216,10 +249,12 @@ def report_step(name: str, unit: str, index: int, pace: Pace, row: dict[str, Any
 
 
 def update(policy: Policy, loss: torch.Tensor) -> None:
-    """One AdamW step on the adapter, gradients clipped to norm 1."""
+    """One AdamW step on the adapter, gradients clipped to norm 1 (a detached loss: its gradient
+    was accumulated already, chunked_loss)."""
     import torch
-    policy.opt.zero_grad(set_to_none=True)
-    loss.backward()
+    if loss.requires_grad:
+        policy.opt.zero_grad(set_to_none=True)
+        loss.backward()
     torch.nn.utils.clip_grad_norm_(policy.params, 1.0)
     policy.opt.step()
 

@@ -5,10 +5,12 @@ time is ``landed``, which the aggregate recorded in results/<run>/landed.json). 
 
 - ``invalid``: the run file names a bug (``invalid: "<bug>"``);
 - ``done``: results/<run>/eval.json exists;
-- ``running``: one of its stages is being written (a stage's temp folder exists) while a
-  Snakemake holds the project's lock;
-- ``crashed``: a stage or its aggregate has no output and a job log shows a failure
-  (``log`` gives that log's path);
+- ``running``: one of its stages is being written (a stage's temp folder exists) while a live
+  Snakemake holds the project's lock (martingale.locks.lock_state);
+- ``crashed``: a stage or its aggregate has no output and a job log shows a failure, or, under a
+  stale lock (the Snakemake holding it was killed: kill -9, OOM, a lost node), a job of the run
+  started and never finished (its job log is cut off mid-run, or a stage's temp folder is left).
+  ``log`` gives that log's path; `martingale status` says when ``snakemake --unlock`` is safe;
 - ``queued``: anything else (never built, or built only in part).
 """
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any, Optional
 
 from ..config.runs import RunTree
 from ..io import read_optional, read_optional_yaml
+from ..locks import lock_state
 from ..manifest import MANIFEST
 from ..plan import STORE, config_hash, current_index, stage_dir
 
@@ -104,8 +107,8 @@ class _Files:
         for kind_dir in (logs.iterdir() if logs.is_dir() else ()):
             for log in (kind_dir.glob("*.log") if kind_dir.is_dir() else ()):
                 self.logs.setdefault(log.stem, []).append(log)
-        locks = root / ".snakemake" / "locks"
-        self.locked = locks.is_dir() and any(locks.iterdir())
+        # "live": a live Snakemake holds the lock; "stale": a killed one left it; None: no lock
+        self.lock = lock_state(root)
 
     def failed_log(self, run_id: str, chain: list[str]) -> Optional[str]:
         """The first failed job log of a stage of the run without output (or of its aggregate)."""
@@ -119,8 +122,24 @@ class _Files:
         return agg.relative_to(self.root).as_posix() if _log_failed(agg) else None
 
     def being_written(self, chain: list[str]) -> bool:
-        """A stage's temp folder exists (io.atomic_dir) while a Snakemake holds the lock."""
-        return self.locked and any(sid in self.writing and sid not in self.built for sid in chain)
+        """A stage's temp folder (io.atomic_dir) exists, without a finished folder, while a live
+        Snakemake holds the lock."""
+        return self.lock == "live" and any(sid in self.writing and sid not in self.built for sid in chain)
+
+    def killed(self, run_id: str, chain: list[str]) -> Optional[str]:
+        """Under a stale lock (the Snakemake that held it was killed: kill -9, an OOM kill, a lost
+        node), a job of the run that started and never finished: a stage without output whose temp
+        folder is left or whose job log exists (cut off mid-run, so no failure is written), or the
+        aggregate's log without eval.json. That log's path, "" for a job without one; None if no
+        such job."""
+        if self.lock != "stale":
+            return None
+        for sid in chain:
+            if sid not in self.built and (sid in self.writing or sid in self.logs):
+                logs = self.logs.get(sid)
+                return logs[0].relative_to(self.root).as_posix() if logs else ""
+        agg = self.root / "logs" / "aggregate" / f"{run_id}.log"
+        return agg.relative_to(self.root).as_posix() if agg.is_file() else None
 
 
 def _built_hash(root: Path, run_id: str, evals: dict) -> Optional[str]:
@@ -169,6 +188,8 @@ def build_row(root: Path, tree: RunTree, index: dict, files: _Files, run_id: str
         state, log = "running", None
     elif log:
         state = "crashed"
+    elif (aborted := files.killed(run_id, chain)) is not None:
+        state, log = "crashed", aborted or None
     else:
         state = "queued"
     stage, last = _last_stage(evals)
