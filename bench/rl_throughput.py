@@ -20,7 +20,9 @@ elicit.read=forced (P from the next-token distribution after "P = 0.": one more 
 completion, printed on a third line). Rates are over the training steps only (ours: the stage's
 per-step times, sampling + reward + loss + update; TRL: on_step_begin → on_step_end), model
 loading, the merge and the save left out (their wall times are printed on a line of their own).
-Usage: python bench/rl_throughput.py --smollm2 [--steps 2] [--model models/SmolLM2-135M-Instruct]
+Our loss runs in rows of the run's model.loss_batch (2: gradients accumulated), TRL's in one batch
+of 8; ``--loss-batch 0`` runs ours in one batch too.
+Usage: python bench/rl_throughput.py --smollm2 [--steps 2] [--loss-batch N] [--model models/SmolLM2-135M-Instruct]
 """
 from __future__ import annotations
 
@@ -46,11 +48,13 @@ def main() -> None:
     ap.add_argument("--model", type=Path, default=None)
     ap.add_argument("--smollm2", action="store_true",
                     help="SmolLM2-135M-Instruct on the run smollm2's questions and prompts (see the docstring)")
+    ap.add_argument("--loss-batch", type=int, default=None,
+                    help="--smollm2: our model.loss_batch (default: the run's; 0 = the 8 rows at once, as TRL)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(2)
     if args.smollm2:
-        smollm2(2 if args.steps is None else args.steps, args.model)
+        smollm2(2 if args.steps is None else args.steps, args.model, args.loss_batch)
         return
     args.steps = 20 if args.steps is None else args.steps
     cfg = OmegaConf.to_container(OmegaConf.structured(Config), resolve=True)
@@ -113,7 +117,7 @@ REPO = Path(__file__).resolve().parents[1]
 SMOL_B, SMOL_G, SMOL_TOKENS = 4, 2, 48      # questions a step, generations each, completion tokens
 
 
-def smollm2_setup(steps: int, model_path: Path | None, work: Path):
+def smollm2_setup(steps: int, model_path: Path | None, work: Path, loss_batch: int | None):
     """(config slices for the train stage, model folder, the questions, their reasoned prompts):
     the run smollm2's composed config, its world shrunk to the 4·steps questions whose reasoned
     chat prompts are the shortest, written to a questions file of their own (every line marked
@@ -127,6 +131,8 @@ def smollm2_setup(steps: int, model_path: Path | None, work: Path):
     from martingale.stages.common import make_world
     cfg = RunTree.load(REPO / "conf").resolved_config("smollm2")
     model_cfg = {**cfg["model"], "device": "cpu", "backend": "hf"}   # TRL runs with use_cpu
+    if loss_batch is not None:
+        model_cfg["loss_batch"] = loss_batch
     folder = model_path or REPO / model_cfg["path"]
     if not (folder / "config.json").is_file():
         raise SystemExit(f"rl_throughput --smollm2: no model at {folder}: `make smollm2` fetches it")
@@ -178,7 +184,7 @@ def time_ours(slices: dict, folder: Path, out: Path, read: str) -> tuple[float, 
     return sum(s for s, _, _ in steps), wall, sum(t for _, t, _ in steps), [r for _, _, r in steps]
 
 
-def smollm2(steps: int, model_path: Path | None) -> None:
+def smollm2(steps: int, model_path: Path | None, loss_batch: int | None) -> None:
     import shutil
 
     from datasets import Dataset
@@ -191,7 +197,7 @@ def smollm2(steps: int, model_path: Path | None) -> None:
     logging.getLogger("trl").setLevel(logging.ERROR)   # "all reward functions returned None": counted below
     work = Path(tempfile.mkdtemp(prefix="rlbench-smollm2-"))
     try:
-        slices, folder, questions, prompts, lengths = smollm2_setup(steps, model_path, work)
+        slices, folder, questions, prompts, lengths = smollm2_setup(steps, model_path, work, loss_batch)
         stage, n = slices["stage"], steps * SMOL_B * SMOL_G
         ours_s, ours_wall, ours_tok, ours_parsed = time_ours(slices, folder, work / "ours-verbal", "verbal")
         forced_s, forced_wall, forced_tok, forced_parsed = time_ours(slices, folder, work / "ours-forced", "forced")
@@ -247,10 +253,12 @@ def smollm2(steps: int, model_path: Path | None) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
     ours, forced, trl = n / ours_s, n / forced_s, n / trl_s
-    print(f"SmolLM2-135M-Instruct ({folder}), CPU fp32, {torch.get_num_threads()} threads: {steps} steps × "
+    where = folder.relative_to(REPO) if folder.resolve().is_relative_to(REPO) else folder
+    print(f"SmolLM2-135M-Instruct ({where}), CPU fp32, {torch.get_num_threads()} threads: {steps} steps × "
           f"{SMOL_B} questions × {SMOL_G} generations = {n} completions each, ≤ {SMOL_TOKENS} tokens, "
           f"T {stage['temperature']}, LoRA r 8 q/k/v/o, lr {stage['lr']}, KL β {stage['kl_beta']}; "
-          f"the {len(prompts)} shortest reasoned chat prompts ({min(lengths)}–{max(lengths)} tokens)")
+          f"the {len(prompts)} shortest reasoned chat prompts ({min(lengths)}–{max(lengths)} tokens); our loss in "
+          f"rows of model.loss_batch {slices['model'].get('loss_batch') or 'all'}, TRL's in one batch of {SMOL_B * SMOL_G}")
     print(f"completion tokens sampled: ours {ours_tok:.0f} (forced {forced_tok:.0f}), TRL {sum(trl_tokens)}; "
           f"verbal P parsed: ours {sum(ours_parsed) / steps:.0%}, TRL {sum(trl_parsed) / max(1, len(trl_parsed)):.0%} "
           f"(forced read: {sum(forced_parsed) / steps:.0%}); an unparsed P: ours A = -clip, TRL reward None (→ 0)")

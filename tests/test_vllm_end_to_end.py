@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,7 +26,7 @@ SMOKE = f"""
 # --- vLLM smoke scale (tests/test_vllm_end_to_end.py): head_dim 32, the trace reader (no judge server) ---
 world: {{n_train: 24, n_heldout: 48, clues_per_question: 4}}
 model: {{hidden_size: 64, num_layers: 2, num_heads: 2, intermediate_size: 128,
-        vllm: {{python: {VLLM_PYTHON}, extra_args: [-O0]}}}}   # -O0: no torch.compile, ~9 s less per server start
+        vllm: {{python: {VLLM_PYTHON}, extra_args: [-O0, --enable-log-requests]}}}}   # -O0: no torch.compile, ~9 s less per server start; each request's params in the server log
 pretrain: {{steps: 400, batch_size: 32}}
 elicit: {{judge: trace}}
 eval: {{n_bootstrap: 200}}
@@ -70,14 +71,25 @@ def test_the_vllm_eval_passed_backend_parity_and_base_pretrain_is_shared(built):
     assert all(r["parity_probes"] == 4 and r["parity_max_logprob_gap"] <= 0.01 for r in served)
 
 
+# a request of the adapter check's greedy probe reads (VLLMBackend._greedy_logprobs: 8 tokens,
+# temperature 0, logprobs 0) as the server logs it (--enable-log-requests), and the model it went to
+PROBE_READ = re.compile(r"Received request \S+: params: SamplingParams\(.*\btemperature=0\.0, .*\bmax_tokens=8, "
+                        r".*\blogprobs=0, .*\), lora_request: (None|LoRARequest\(lora_name='(\w+)')")
+RELOADED = '"POST /v1/load_lora_adapter HTTP/1.1" 200'
+
+
 def test_a_vllm_training_stage_reloads_its_adapter_every_step_and_sees_it_applied(built):
     store = built / "results/_store"
     (stage,) = [json.loads(p.read_text()) for p in store.glob("train/*/stage.json")]
     assert stage["backend"] == "vllm" and stage["parity_probes"] == 4 and stage["steps"] >= 2
-    logs = "\n".join(p.read_text(errors="replace") for p in (built / "logs/vllm").glob("*.log"))
-    loads = logs.count("Loaded new LoRA adapter: name 'policy'") + logs.count("LoRA adapter 'policy'")
-    assert loads >= 1
-    assert logs.count('"POST /v1/load_lora_adapter HTTP/1.1" 200') == stage["steps"]
+    logs = [p.read_text(errors="replace") for p in (built / "logs/vllm").glob("*.log")]
+    (log,) = [text for text in logs if RELOADED in text]                # the training stage's server
+    assert log.count("Loaded new LoRA adapter: name 'policy'") + log.count("LoRA adapter 'policy'") >= 1
+    # between reloads: the probes read greedily through the adapter and through the base model (check_adapter),
+    # before the first one parity's 4 reads of the base model; one reload per step
+    reads = [[m[1] or "base" for m in PROBE_READ.finditer(part)] for part in log.split(RELOADED)]
+    assert len(reads) == stage["steps"] + 1
+    assert [(r.count("policy"), r.count("base"), len(r)) for r in reads] == [(0, 4, 4)] + [(4, 4, 8)] * stage["steps"], reads
     assert not list(store.glob("train/.*.adapter")), "the adapter folder for the server is removed"
 
 

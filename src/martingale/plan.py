@@ -71,10 +71,12 @@ PLACEMENT_KEYS = ("resources", "device")           # where a stage runs (Snakema
 def _model_slice(model: dict, kind: StageKind) -> dict:
     """The model without where its stage runs, and without how it is served for a kind that does
     not generate through ``model.backend``; ``generate_batch`` only where it is set and the kind
-    generates (the ids of every run from before it stay as they were); ``loss_batch`` likewise."""
+    generates (the ids of every run from before it stay as they were); ``loss_batch`` likewise, and
+    only in the id of a step (a training stage: how its gradient is accumulated)."""
     drop = PLACEMENT_KEYS if kind.serves else (*PLACEMENT_KEYS, *SERVING_KEYS)
     return {k: v for k, v in model.items()
-            if k not in drop and not (k in UNSET_IS_DEFAULT and (not v or not kind.serves))}
+            if k not in drop and not (k in UNSET_IS_DEFAULT and (not v or not kind.serves))
+            and not (k == "loss_batch" and kind.place != "step")}
 
 
 QUESTION_SOURCE = {"name": "synthetic", "questions_file": None}   # where the questions come from

@@ -29,9 +29,13 @@ def option(q: Question) -> str:
     return f"NOT {opt}" if q.negated else opt
 
 
-def fields(q: Question) -> dict[str, str]:
-    return {"question": q.question or fmt.prompt(q), "background": q.text or "",
-            "resolution_criteria": q.criteria or "", "opt": option(q)}
+def fields(q: Question, context_words: int | None = None) -> dict[str, str]:
+    """A question's template fields; ``context_words`` (prompts.context_words) cuts its background
+    and resolution criteria to their first n words each (a CPU's prompt budget)."""
+    def cut(text: str | None) -> str:
+        return " ".join((text or "").split()[:context_words]) if context_words else (text or "")
+    return {"question": q.question or fmt.prompt(q), "background": cut(q.text),
+            "resolution_criteria": cut(q.criteria), "opt": option(q)}
 
 
 def cut_words(trace: str, fraction: float) -> str:
@@ -48,6 +52,9 @@ class Prompts:
         self.cfg = prompts_cfg or {"name": EMBEDDED}
         self.tokenizer = tokenizer
         self.embedded = is_embedded(self.cfg)
+
+    def fields(self, q: Question) -> dict[str, str]:
+        return fields(q, self.cfg.get("context_words"))
 
     def _render(self, template: str, values: dict[str, str]) -> str:
         text = template.format(**values)
@@ -98,12 +105,12 @@ class Prompts:
     def reasoned(self, q: Question) -> str:
         if self.embedded:
             return fmt.prompt(q) + " think"
-        return self._render(self.cfg["reasoned"], fields(q))
+        return self._render(self.cfg["reasoned"], self.fields(q))
 
     def snap(self, q: Question) -> str:
         if self.embedded:
             return fmt.prompt(q) + " snap"
-        return self._render(self.cfg["snap"], fields(q))
+        return self._render(self.cfg["snap"], self.fields(q))
 
     def judge(self, q: Question, trace: str, k: int, n_steps: int) -> str | None:
         """What a judge is shown to read the belief after step k of n (None: the trace cannot be
@@ -111,4 +118,4 @@ class Prompts:
         if self.embedded:
             return fmt.read_query(q, trace, k)
         from .api_judge import blind
-        return self._render(self.cfg["judge"], {**fields(q), "trace": blind(cut_words(trace, k / max(1, n_steps)))})
+        return self._render(self.cfg["judge"], {**self.fields(q), "trace": blind(cut_words(trace, k / max(1, n_steps)))})

@@ -174,6 +174,8 @@ class PromptsConfig:
     max_new_tokens: int = 1024    # a reasoned trace's length cap (the embedded format: 4 · clues + 6)
     snap_max_tokens: int = 128    # a snap answer's
     judge_max_tokens: int = 8     # a same-mode read's answer length (a number)
+    context_words: Optional[int] = None  # cut each question's background and resolution criteria to their
+                                  # first n words (a CPU's prompt budget: ForecastBench's run to 1,400 tokens); null = whole
     forced_prefix: str = ""       # the forced-answer read (beliefs/forced.py): the model's answer is prefilled
                                   # with this (e.g. "P = 0.") and its P read from the next token's distribution;
                                   # "" = no forced read
@@ -589,6 +591,7 @@ DOMAINS: dict[str, Domain] = {
     "prompts.max_new_tokens": COUNT,
     "prompts.snap_max_tokens": COUNT,
     "prompts.judge_max_tokens": COUNT,
+    "prompts.context_words": Maybe(COUNT),
     "prompts.forced_prefix": Template(()),
     "prompts.judge_forced_prefix": Template(()),
     "prompts.forced_min_mass": Real(0, 1, lo_open=True),
