@@ -101,9 +101,15 @@ def _elicit_slice(elicit: dict, kind: StageKind) -> dict:
             if k != "judge_model" and not (k == "read" and v == "verbal")}
 
 
+def _prompts_slice(prompts: dict, kind: StageKind) -> dict:
+    """``prompts`` without ``context_words`` where it is null (whole contexts: the ids of runs from
+    before the key existed stay as they were)."""
+    return {k: v for k, v in prompts.items() if not (k == "context_words" and v is None)}
+
+
 # How a section is cut for a kind's slice, where it is not taken whole.
 SECTION_SLICES: dict[str, Callable[[dict, StageKind], dict]] = {
-    "model": _model_slice, "world": _world_slice, "elicit": _elicit_slice}
+    "model": _model_slice, "world": _world_slice, "elicit": _elicit_slice, "prompts": _prompts_slice}
 
 # Keys a stage sees only where they are used, so a run that uses neither keeps its ids whatever they
 # say: judge.* where beliefs are read by the api judge (its address too, like a generating stage's
