@@ -28,7 +28,7 @@ demo: install  ## the main job on the embedded default: filter-s2only end to end
 	$(BIN)/snakemake --profile profiles/local -c$(CORES) results/filter-s2only/eval.json
 	$(BIN)/snakemake --profile profiles/local -c$(CORES) runs.json
 
-campaign: install vllm  ## the whole campaign: every valid run in conf/runs (base-vllm: .venv-vllm) and the table (snakemake all), then the two-agent runs' figure
+campaign: install vllm smollm2  ## the whole campaign: every valid run in conf/runs (base-vllm, smollm2-vllm: .venv-vllm; smollm2-*: models/SmolLM2-135M-Instruct) and the table (snakemake all), then the two-agent runs' figure
 	$(BIN)/snakemake --profile profiles/local -c$(CORES) all
 	$(BIN)/martingale figure modes
 

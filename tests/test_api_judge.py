@@ -177,3 +177,29 @@ def test_a_cache_folder_outside_the_project_is_refused():
 def test_an_api_judge_without_an_address_fails_in_one_line(tmp_path):
     with pytest.raises(JudgeError, match="needs judge.base_url and judge.model"):
         ApiJudge(judge_cfg(None, tmp_path))
+
+
+def test_the_api_reader_sends_the_judge_the_trace_with_its_stated_probabilities_hidden(flaky, tmp_path):
+    """Inside read_api, not only in blind(): what reaches the server holds no probability the
+    reasoner stated, at the cut and at the end."""
+    from omegaconf import OmegaConf
+
+    from martingale.beliefs.readers import READERS, ReadContext
+    from martingale.world.synthetic import Question
+
+    from projcopy import REPO
+    server = flaky()
+    prompts = OmegaConf.to_container(OmegaConf.load(REPO / "conf/prompts/log.yaml"))
+    q = Question("q1", (), 1, text="Polls tighten.", question="Will A win?", criteria="Results.", option="")
+    trace = "First I lean yes, P = 0.83 so far. Then more evidence: P: 91% now. Final P = 0.87"
+    ctx = ReadContext(world=None, config={"judge": judge_cfg(server.url, tmp_path, chat=True), "prompts": prompts})
+    ctx.world = type("W", (), {"n_clues": 2})()
+    try:
+        out = READERS["api"](ctx, [q], [trace], 2)
+    finally:
+        ctx.close()
+    assert out == [0.4]
+    (body,) = server.seen
+    sent = body["messages"][0]["content"]
+    assert "Will A win?" in sent and "P = ?" in sent
+    assert all(s not in sent for s in ("0.83", "91%", "0.87"))

@@ -4,6 +4,8 @@ floor (the helper, then the real evaluate and simulate stage bodies). Each fails
 line and writes nothing."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -88,3 +90,19 @@ def test_the_simulate_stage_under_its_parse_rate_floor_fails_and_writes_nothing(
     simulate.run(_measure_cfg(default_cfg, 0.0, simulate=sim), model=untrained_model,
                  human_model=untrained_model, out_dir=out)
     assert (out / "records.jsonl").exists()
+
+
+@pytest.mark.parametrize("make, why", [
+    (lambda tmp: tmp, r"has no config\.json: not a model folder"),
+    (lambda tmp: Path.home(), r"a system (or home )?folder"),
+    (lambda tmp: (tmp / "etc-link").symlink_to("/etc") or tmp / "etc-link", r"resolves to '/etc', a system or home folder"),
+    (lambda tmp: tmp / "missing", r"is not a folder \(no such path\) \(.*`make smollm2`\)"),
+])
+def test_a_model_path_that_is_not_a_model_folder_is_refused_before_anything_is_linked(tmp_path, make, why):
+    from martingale.stages import weights
+    from martingale.stages.common import StageError
+    path = make(tmp_path)
+    with pytest.raises(StageError, match=r"^model\.path: .*" + why) as e:
+        weights.run({"model": {"path": str(path)}}, tmp_path / "out")
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "out").exists()

@@ -261,6 +261,16 @@ def _wait(what: str, predicate, timeout: float, proc: subprocess.Popen):
         time.sleep(0.5)
 
 
+def _stage_started(root: Path, sid: str, since: float) -> bool:
+    """The stage's job log was written at or after ``since`` (this attempt is in its script)."""
+    log = root / "logs" / "train" / f"{sid}.log"
+    try:
+        st = log.stat()
+    except OSError:
+        return False
+    return st.st_size > 0 and st.st_mtime >= since - 1.0
+
+
 def _running(env: dict, sid: str, exclude: set[str]) -> str | None:
     """The id of a RUNNING job of the stage (comment rule_train_wildcards_<sid>) not in exclude."""
     out = subprocess.run(["squeue", "-h", "-t", "R", "-o", "%i|%k"], env=env, capture_output=True,
@@ -292,7 +302,11 @@ def faults(cluster, slurm_build, local_build):
                 seen = set(cancelled[role])
                 jid = _wait(f"{role} train job (attempt {attempt}) running",
                             lambda: _running(env, sid, seen), 180, proc)
-                time.sleep(6)                     # into the stage script (torch import / training)
+                since = time.time()
+                # into the stage script (its log written by this attempt), then cancel at once: a
+                # smoke-scale train job lasts 6-9 s, so a fixed wait can outlast it
+                _wait(f"{role} train job (attempt {attempt}) in its stage script",
+                      lambda: _stage_started(root, sid, since), 60, proc)
                 subprocess.run(["scancel", jid], env=env, check=True)
                 cancelled[role].append(jid)
         proc.wait(timeout=300)

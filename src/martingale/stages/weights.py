@@ -38,6 +38,7 @@ def run(cfg: dict[str, Any], out_dir: Path) -> None:
     path = str(cfg["model"]["path"])
     problem = model_dir_problem(path)
     if problem:
-        raise StageError(f"model.path: {problem}")
+        hint = " (conf/model/<name>.yaml says how to get it; SmolLM2: `make smollm2`)" if "no such path" in problem else ""
+        raise StageError(f"model.path: {problem}{hint}")
     with atomic_dir(out_dir) as tmp:
         os.symlink(Path(path).resolve(), tmp / "model", target_is_directory=True)
