@@ -194,3 +194,22 @@ def test_more_training_questions_share_bases_pretrain_and_D(proj):
     plan = Plan.load(proj)
     assert plan.run_chain("A-on-D-more")[:2] == plan.run_chain("A-on-D")[:2]
     assert ids_by_stage(plan, "A-on-D-more")[("s1", 42)] != ids_by_stage(plan, "A-on-D")[("s1", 42)]
+
+
+def test_keys_added_at_their_defaults_leave_a_runs_stage_slices_as_they_were():
+    """elicit.read=verbal, model.generate_batch / loss_batch = 0 and prompts.context_words = null
+    are not in any slice (the ids of runs from before the keys existed stay as they were);
+    loss_batch, once set, only in a training stage's."""
+    from martingale.plan import stage_slice
+    from martingale.stages import kinds
+    cfg = Plan.load(FIXTURE).resolved_config("base")
+    cfg["prompts"] = {**cfg["prompts"], "name": "log"}
+    for kind in kinds().values():
+        sl = stage_slice(kind, cfg, "s1" if kind.place == "step" else None, 0 if kind.per_seed else None)
+        assert "read" not in sl.get("elicit", {}) and "context_words" not in sl.get("prompts", {}), kind.name
+        assert not {"generate_batch", "loss_batch"} & set(sl.get("model", {})), kind.name
+    cfg["model"] = {**cfg["model"], "generate_batch": 8, "loss_batch": 2}
+    has = {k.name: set(stage_slice(k, cfg, "s1" if k.place == "step" else None, 0).get("model", {}))
+           for k in kinds().values()}
+    assert "loss_batch" in has["train"] and "loss_batch" not in has["evaluate"]
+    assert "generate_batch" in has["evaluate"] and "generate_batch" not in has["pretrain"]

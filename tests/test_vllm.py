@@ -277,3 +277,18 @@ def test_a_missing_vllm_env_is_named(tmp_path, served):
     cfg["vllm"]["python"] = str(tmp_path / "nowhere" / "python")
     with pytest.raises(StageError, match="^model.vllm.python: .* does not exist: `make vllm`"):
         Server.start(served[1] / "model", cfg)
+
+
+def test_a_dead_servers_message_quotes_its_first_error_line_above_the_shutdown_noise(tmp_path):
+    """The cause of an engine's death sits far above its last lines (shutdown noise): the message
+    quotes the first error line, then the tail."""
+    from martingale.model.vllm import LOG_TAIL, Server
+    log = tmp_path / "server.log"
+    noise = [f"nanobind: leaked function {i}" for i in range(80)]
+    log.write_text("\n".join(["INFO starting", "ERROR [gpu_model_runner.py] RuntimeError: CPU Generator does not use offset",
+                              "ERROR EngineDeadError: EngineCore encountered an issue.", *noise]) + "\n")
+    server = Server.__new__(Server)
+    server.log_path = log
+    tail = server.log_tail()
+    assert tail.startswith("first error: ERROR [gpu_model_runner.py] RuntimeError: CPU Generator does not use offset | … | ")
+    assert tail.endswith(noise[-1]) and tail.count("leaked function") == LOG_TAIL
