@@ -86,6 +86,22 @@ def timed(gen, prompts: list[str], max_new: int, seed: int, temperature: float =
     return dt, int(batch.completion_mask.sum())
 
 
+def with_vllm_env(model_cfg: dict, args) -> bool:
+    """Point model_cfg's vLLM section at the vLLM environment (--vllm-python, else the config's,
+    relative to the repo) with a start-up timeout of at least 600 s and --concurrency; False (and
+    one line on stderr) when that environment is missing."""
+    python = args.vllm_python or Path(model_cfg["vllm"]["python"])
+    python = python if python.is_absolute() else REPO / python
+    if not python.is_file():
+        print(f"backend_throughput: vLLM env missing ({python} not found): run `make vllm` first",
+              file=sys.stderr)
+        return False
+    model_cfg["vllm"].update(python=str(python), startup_timeout_s=max(600, model_cfg["vllm"]["startup_timeout_s"]))
+    if args.concurrency:
+        model_cfg["vllm"]["concurrency"] = args.concurrency
+    return True
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompts", type=int, default=None, help="completions per timed call (default 256; --smollm2: 36)")
@@ -113,15 +129,8 @@ def main() -> int:
     model_cfg = cfg["model"]
     if args.dtype:
         model_cfg["dtype"] = args.dtype
-    python = args.vllm_python or Path(model_cfg["vllm"]["python"])
-    python = python if python.is_absolute() else REPO / python
-    if not python.is_file():
-        print(f"backend_throughput: vLLM env missing ({python} not found): run `make vllm` first",
-              file=sys.stderr)
+    if not with_vllm_env(model_cfg, args):
         return 2
-    model_cfg["vllm"].update(python=str(python), startup_timeout_s=max(600, model_cfg["vllm"]["startup_timeout_s"]))
-    if args.concurrency:
-        model_cfg["vllm"]["concurrency"] = args.concurrency
 
     world = SyntheticWorld(cfg["world"])
     _, heldout = world.splits()
@@ -228,15 +237,8 @@ def smollm2(args) -> int:
     if not (folder / "config.json").is_file():
         print(f"backend_throughput: no {folder} (`make smollm2` fetches it)", file=sys.stderr)
         return 2
-    python = args.vllm_python or Path(model_cfg["vllm"]["python"])
-    python = python if python.is_absolute() else REPO / python
-    if not python.is_file():
-        print(f"backend_throughput: vLLM env missing ({python} not found): run `make vllm` first",
-              file=sys.stderr)
+    if not with_vllm_env(model_cfg, args):
         return 2
-    model_cfg["vllm"].update(python=str(python), startup_timeout_s=max(600, model_cfg["vllm"]["startup_timeout_s"]))
-    if args.concurrency:
-        model_cfg["vllm"]["concurrency"] = args.concurrency
     prefix = str(cfg["prompts"]["forced_prefix"])
     floor = float(cfg["prompts"].get("forced_min_mass", 0.5))
     max_new, n = int(args.max_tokens), 36 if args.prompts is None else args.prompts
