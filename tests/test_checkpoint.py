@@ -20,13 +20,7 @@ from martingale.stages.common import StageError
 OUTPUTS = ("train.jsonl", "stage.json", "model/model.safetensors")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One torch thread: a tiny model's steps run ~20x faster than with threads on shared cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")   # conftest: a tiny model's steps on one torch thread
 
 
 def tiny_cfg(default_cfg, **stage) -> dict:

@@ -9,7 +9,6 @@ import struct
 from pathlib import Path
 
 import pytest
-import torch
 
 from martingale import io, rewards, tracking
 from martingale.stages import train
@@ -21,13 +20,7 @@ INDEX = {"conf_hash": "x",
 LINE = re.compile(r"step (\d+)/(\d+) reward \S+ kl \S+ loss \S+ parse \S+ (\d+) tok/s \S+s/step eta \d+:\d\d:\d\d$")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One torch thread: a tiny model's steps run ~20x faster than with threads on shared cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")   # conftest: a tiny model's steps on one torch thread
 
 
 @pytest.fixture
