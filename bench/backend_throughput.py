@@ -186,28 +186,12 @@ SMOL_PROMPT_TOKENS = 256   # each background cut (by words) to fit: ~250 tokens 
 def smollm2_prompts(tokenizer, questions_file: Path) -> list[str]:
     """The log's snap prompt on each question of the file, through the chat template; a background
     longer than fits SMOL_PROMPT_TOKENS is cut to its first words (as tests/test_smollm2_vllm.py)."""
-    from dataclasses import replace
-
     from martingale.beliefs.prompts import Prompts
     from martingale.world.jsonl import as_question
     from martingale.world.questions import load_questions
     prompts = Prompts(OmegaConf.to_container(OmegaConf.load(REPO / "conf/prompts/log.yaml"), resolve=True), tokenizer)
 
-    def length(q) -> int:
-        return len(tokenizer(prompts.snap(q), add_special_tokens=False)["input_ids"])
-
-    out = []
-    for q in (as_question(fq) for fq in load_questions(questions_file)):
-        words = (q.text or "").split()
-        lo, hi = 0, len(words)       # the most background words that fit
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if length(replace(q, text=" ".join(words[:mid]))) <= SMOL_PROMPT_TOKENS:
-                lo = mid
-            else:
-                hi = mid - 1
-        out.append(prompts.snap(replace(q, text=" ".join(words[:lo]))))
-    return out
+    return [prompts.snap_within(as_question(fq), SMOL_PROMPT_TOKENS) for fq in load_questions(questions_file)]
 
 
 def timed_forced(gen, prompts: list[str], prefix: str, floor: float):

@@ -42,30 +42,13 @@ def model_cfg() -> dict:
 def snap_prompts(tokenizer) -> list[str]:
     """The log's snap prompt on each shipped question, through the chat template; a background
     longer than fits PROMPT_TOKENS is cut to its first words."""
-    from dataclasses import replace
-
     from omegaconf import OmegaConf
 
     from martingale.beliefs.prompts import Prompts
     from martingale.world.jsonl import as_question
     from martingale.world.questions import load_questions
     prompts = Prompts(OmegaConf.to_container(OmegaConf.load(PROMPTS_YAML), resolve=True), tokenizer)
-
-    def length(q) -> int:
-        return len(tokenizer(prompts.snap(q), add_special_tokens=False)["input_ids"])
-
-    out = []
-    for q in (as_question(fq) for fq in load_questions(QUESTIONS)):
-        words = (q.text or "").split()
-        lo, hi = 0, len(words)       # the most background words that fit
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if length(replace(q, text=" ".join(words[:mid]))) <= PROMPT_TOKENS:
-                lo = mid
-            else:
-                hi = mid - 1
-        out.append(prompts.snap(replace(q, text=" ".join(words[:lo]))))
-    return out
+    return [prompts.snap_within(as_question(fq), PROMPT_TOKENS) for fq in load_questions(QUESTIONS)]
 
 
 @pytest.fixture(scope="module")

@@ -112,6 +112,25 @@ class Prompts:
             return fmt.prompt(q) + " snap"
         return self._render(self.cfg["snap"], self.fields(q))
 
+    def snap_within(self, q: Question, max_tokens: int) -> str:
+        """The snap prompt with the question's background cut to the most words that keep it within
+        ``max_tokens`` tokens (a load test's prompts of a chosen length: tests, bench)."""
+        from dataclasses import replace
+
+        def length(words: list[str]) -> int:
+            text = self.snap(replace(q, text=" ".join(words)))
+            return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+        words = (q.text or "").split()
+        lo, hi = 0, len(words)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if length(words[:mid]) <= max_tokens:
+                lo = mid
+            else:
+                hi = mid - 1
+        return self.snap(replace(q, text=" ".join(words[:lo])))
+
     def judge(self, q: Question, trace: str, k: int, n_steps: int) -> str | None:
         """What a judge is shown to read the belief after step k of n (None: the trace cannot be
         cut there). Every probability the trace states is hidden from a template judge."""

@@ -82,15 +82,20 @@ def get_reader(name: str) -> Reader:
     return READERS[name]
 
 
+def _judge_queries(ctx: ReadContext, questions: list[Question], texts: list[str], k: int):
+    """(the prompt set, each trace's judge query after step k, the indices that have one): only a
+    trace that reached step k in the expected shape can be cut there."""
+    from .prompts import Prompts
+    ask = Prompts(ctx.config.get("prompts"), getattr(ctx.judge, "tokenizer", None))
+    queries = [ask.judge(q, text, k, ctx.world.n_clues) for q, text in zip(questions, texts)]
+    return ask, queries, [i for i, s in enumerate(queries) if s is not None]
+
+
 @reader("self", needs_judge=True)
 def read_self(ctx: ReadContext, questions: list[Question], texts: list[str], k: int) -> list[float | None]:
     """The judge model's greedy answer to the prompt set's judge prompt after the trace cut at k
     (the embedded format: one token after ``… read P =``)."""
-    from .prompts import Prompts
-    ask = Prompts(ctx.config.get("prompts"), getattr(ctx.judge, "tokenizer", None))
-    # Only a trace that reached step k in the expected shape can be cut there.
-    queries = [ask.judge(q, text, k, ctx.world.n_clues) for q, text in zip(questions, texts)]
-    todo = [i for i, s in enumerate(queries) if s is not None]
+    ask, queries, todo = _judge_queries(ctx, questions, texts, k)
     out: list[float | None] = [None] * len(texts)
     for start in range(0, len(todo), ctx.batch_size):
         idx = todo[start:start + ctx.batch_size]
@@ -106,13 +111,10 @@ def read_self_forced(ctx: ReadContext, questions: list[Question], texts: list[st
     prefilled with ``prompts.judge_forced_prefix``, (P, mass); (None, None) where the trace cannot
     be cut at k or the prompt set has no judge prefix."""
     from .forced import forced_reads
-    from .prompts import Prompts
-    ask = Prompts(ctx.config.get("prompts"), getattr(ctx.judge, "tokenizer", None))
+    ask, queries, todo = _judge_queries(ctx, questions, texts, k)
     out: list[tuple[float | None, float | None]] = [(None, None)] * len(texts)
     if not ask.judge_forced_prefix:
         return out
-    queries = [ask.judge(q, text, k, ctx.world.n_clues) for q, text in zip(questions, texts)]
-    todo = [i for i, s in enumerate(queries) if s is not None]
     for i, read in zip(todo, forced_reads(ctx.judge, [queries[i] for i in todo], ask.judge_forced_prefix,
                                           ask.forced_min_mass)):
         out[i] = read
