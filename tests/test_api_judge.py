@@ -15,14 +15,18 @@ import pytest
 from martingale.beliefs.api_judge import ApiJudge, JudgeError, blind
 
 CANARY = "canary-judge-KEY-0123456789abcdef"
+SLEEP = time.sleep   # the server's own clock (a test may replace time.sleep for the client)
 
 
 class Flaky:
     """A /v1/completions server: ``script`` is the behaviour of each successive request
-    ("ok", "500", "429", "hang", "garbage", "401", "empty"); after the script, "ok"."""
+    ("ok", "500", "429", "hang", "garbage", "401", "403", "404", "empty", "drop": the connection
+    closed with no response); after the script, "ok". ``delay`` seconds per request; ``peak`` is
+    the most requests it had in flight at once."""
 
-    def __init__(self, script: list[str]):
+    def __init__(self, script: list[str], delay: float = 0.0):
         self.script, self.seen, self.auth = list(script), [], []
+        self.delay, self.in_flight, self.peak, self.lock = delay, 0, 0, threading.Lock()
         handler = self._handler()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -40,11 +44,25 @@ class Flaky:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 server.seen.append(body)
                 server.auth.append(self.headers.get("Authorization"))
-                what = server.script.pop(0) if server.script else "ok"
+                with server.lock:
+                    what = server.script.pop(0) if server.script else "ok"
+                    server.in_flight += 1
+                    server.peak = max(server.peak, server.in_flight)
+                try:
+                    self._answer(body, what)
+                finally:
+                    with server.lock:
+                        server.in_flight -= 1
+
+            def _answer(self, body, what):
+                SLEEP(server.delay)
+                if what == "drop":      # the server goes away mid-request: no status line at all
+                    self.close_connection = True
+                    return self.connection.shutdown(2)
                 if what == "hang":
-                    time.sleep(3)
+                    SLEEP(3)
                     what = "ok"
-                if what in ("500", "429", "401"):
+                if what in ("500", "429", "401", "403", "404"):
                     return self._send(int(what), b'{"error": "scheduled"}')
                 if what == "garbage":
                     return self._send(200, b"<html>not json")
@@ -72,8 +90,8 @@ class Flaky:
 def flaky():
     servers = []
 
-    def make(*script: str) -> Flaky:
-        servers.append(Flaky(list(script)))
+    def make(*script: str, delay: float = 0.0) -> Flaky:
+        servers.append(Flaky(list(script), delay))
         return servers[-1]
     yield make
     for s in servers:
@@ -111,12 +129,56 @@ def test_a_prompt_that_fails_every_retry_is_a_counted_failure_not_a_number(flaky
     assert not list(tmp_path.rglob("*.json")), "a failure is never cached"
 
 
-def test_a_refused_key_fails_at_once_without_retrying(flaky, tmp_path):
-    server = flaky("401")
+@pytest.mark.parametrize("status, why", [("401", "the key was refused"),
+                                         ("403", "the key may not use this model"),
+                                         ("404", "no such model or endpoint")])
+def test_a_refused_key_a_forbidden_or_unknown_model_fails_at_once_without_retrying(flaky, tmp_path, status, why):
+    server = flaky(status)
     judge = ApiJudge(judge_cfg(server.url, tmp_path))
-    with pytest.raises(JudgeError, match=r"HTTP 401 \(the key was refused.*MARTINGALE_JUDGE_API_KEY"):
+    with pytest.raises(JudgeError, match=rf"^judge at .*: HTTP {status} \({why}; judge\.model=judge-model, "
+                                         r"key from \$MARTINGALE_JUDGE_API_KEY\)$"):
         judge.ask("x")
-    assert len(server.seen) == 1
+    assert len(server.seen) == 1 and judge.stats()["retries"] == 0
+    assert not list(tmp_path.rglob("*.json")), "nothing is cached"
+
+
+def test_a_dropped_connection_is_retried_and_counted(flaky, tmp_path):
+    server = flaky("drop", "drop")
+    judge = ApiJudge(judge_cfg(server.url, tmp_path))
+    assert judge.ask("through a flaky network") == "0.25 end"
+    assert len(server.seen) == 3
+    assert judge.stats()["calls"] == 3 and judge.stats()["retries"] == 2 and judge.stats()["failures"] == 0
+
+
+def test_a_connection_dropped_every_time_is_a_failure_naming_the_error(flaky, tmp_path):
+    server = flaky(*["drop"] * 3)
+    judge = ApiJudge(judge_cfg(server.url, tmp_path, retries=2))
+    assert judge.ask("never answered") is None
+    (example,) = judge.stats()["failure_examples"]
+    assert example.endswith("after 3 tries") and "Error" in example, example
+
+
+@pytest.mark.parametrize("backoff_s, retries, waits", [(0.5, 4, [0.5, 1.0, 2.0, 4.0]),
+                                                       (20.0, 3, [20.0, 30.0, 30.0])])
+def test_retries_back_off_exponentially_from_backoff_s_capped_at_30_seconds(flaky, tmp_path, monkeypatch,
+                                                                            backoff_s, retries, waits):
+    from martingale.beliefs import api_judge
+    slept: list[float] = []
+    monkeypatch.setattr(api_judge.time, "sleep", slept.append)   # the schedule, not the wall clock
+    server = flaky(*["500"] * retries)
+    judge = ApiJudge(judge_cfg(server.url, tmp_path, retries=retries, backoff_s=backoff_s))
+    assert judge.ask("patience") == "0.25 end"
+    assert slept == waits and len(server.seen) == retries + 1
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_at_most_concurrency_requests_are_in_flight_and_answers_keep_their_order(flaky, tmp_path, concurrency):
+    server = flaky(delay=0.3)
+    prompts = [f"Q{i} read P =" for i in range(3 * concurrency)]
+    judge = ApiJudge(judge_cfg(server.url, tmp_path, concurrency=concurrency))
+    assert judge.ask_all(prompts) == ["0.25 end"] * len(prompts)
+    assert server.peak == concurrency            # never more, and all of them used (3 rounds of 0.3 s)
+    assert sorted(b["prompt"] for b in server.seen) == sorted(prompts)
 
 
 def test_a_second_ask_reads_the_cache_and_makes_no_call(flaky, tmp_path):
