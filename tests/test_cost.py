@@ -173,3 +173,33 @@ def test_a_dry_run_over_budget_is_not_refused(tmp_path):
     res = smk(root, "-n", "results/base/eval.json")
     assert res.returncode == 0, res.stderr[-3000:]
     assert "budget:" not in res.stderr + res.stdout
+
+
+@pytest.mark.slow
+def test_a_forced_rerun_is_counted_while_touch_and_no_hooks_are_exempt(tmp_path):
+    """The budget rules for Snakemake's other modes, on a built pretrain under a budget below its
+    own recorded seconds: nothing to run is never refused; --forcerun runs the stage again, so it is
+    counted and refused (its history, not the runtime limit, prices it); --touch runs nothing and
+    --no-hooks skips onstart (where the check lives, as a user's escape hatch): both go ahead."""
+    root = make_project(tmp_path / "proj", config=TINY + "budget: {cpu_hours: 0.000001}\n")
+    plan = Plan.load(root)
+    pretrain = stage_of(plan, "base", "pretrain")
+    target = f"results/_store/pretrain/{pretrain}/MANIFEST.json"
+    assert smk(root, target, "--config", f"{cost.OVERRIDE}=1").returncode == 0
+    manifest = (root / target).read_bytes()
+
+    def budget_lines(res) -> list[str]:
+        return [line for line in (res.stdout + res.stderr).splitlines() if line.startswith("budget:")]
+
+    again = smk(root, target)
+    assert again.returncode == 0 and budget_lines(again) == [], again.stderr[-2000:]
+    forced = smk(root, target, "--forcerun", "pretrain")
+    assert forced.returncode != 0
+    (line,) = budget_lines(forced)
+    assert line.startswith("budget: this build needs ~") and "for 1 new stage (" in line, line
+    assert "(from recorded durations)" in line, line
+    assert (root / target).read_bytes() == manifest
+    for exempt in ("--touch", "--no-hooks"):
+        res = smk(root, target, "--forcerun", "pretrain", exempt)
+        assert res.returncode == 0 and budget_lines(res) == [], (exempt, res.stderr[-2000:])
+    assert (root / target).is_file()

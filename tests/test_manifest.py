@@ -101,3 +101,28 @@ def test_a_stage_killed_after_its_body_finished_leaves_no_folder_behind(tmp_path
     with pytest.raises(smk.Killed):
         run_stage(job)
     assert not out.exists()
+
+
+@pytest.mark.parametrize("which", ["evals", "parent_evals", "natural_evals"])
+def test_the_aggregate_refuses_a_corrupted_eval_folder_before_reading_any(tmp_path, monkeypatch, which):
+    """workflow/scripts/aggregate.py, as Snakemake runs it: a run's, its parent's or the natural
+    model's eval folder whose files differ from its manifest fails the aggregate, naming the file,
+    and no results/<run>/ file is written."""
+    import runpy
+
+    from projcopy import REPO
+    monkeypatch.chdir(tmp_path)
+    good, bad = (stage(tmp_path, f"evaluate-{c * 12}") for c in "ab")
+    (bad / "stage.json").write_text('{"kind": "tampered"}\n')
+    folders = {"evals": [good], "parent_evals": [good], "natural_evals": []}
+    folders[which] = [bad]
+    run = tmp_path / "results/child"
+    job = SimpleNamespace(
+        params=SimpleNamespace(cfg={}, lineage=[], **{k: [{"dir": str(d), "stage": "s0", "seed": 0} for d in v]
+                                                      for k, v in folders.items()}),
+        output=SimpleNamespace(evals=str(run / "eval.json"), landed=str(run / "landed.json")),
+        log=[str(tmp_path / "logs/aggregate/child.log")], wildcards=SimpleNamespace(run="child"))
+    with pytest.raises(CorruptArtifact, match=r"evaluate-b{12}/stage\.json: .*the manifest.*then rebuild$"):
+        runpy.run_path(str(REPO / "workflow/scripts/aggregate.py"), init_globals={"snakemake": job})
+    assert not run.exists()
+    assert "CorruptArtifact" in (tmp_path / "logs/aggregate/child.log").read_text()

@@ -67,3 +67,24 @@ def test_a_bad_run_file_fails_the_parse_with_its_one_line_error(proj):
 def test_snakemake_lint_has_no_findings(proj):
     res = snakemake(proj, "--lint")
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("profile", ["local", "slurm"])
+def test_each_profile_sets_the_recovery_and_rerun_settings_the_readme_promises(profile):
+    """What makes a killed or edited build come back right, in both profiles: an output Snakemake
+    did not see finish is rebuilt (rerun-incomplete), one failed stage does not stop the others
+    (keep-going), and an edited knob, input or code reruns what it affects (rerun-triggers)."""
+    import yaml
+
+    from projcopy import REPO
+    settings = yaml.safe_load((REPO / "profiles" / profile / "config.yaml").read_text())
+    assert settings["rerun-incomplete"] is True
+    assert settings["keep-going"] is True
+    assert {"params", "input", "code", "mtime"} <= set(settings["rerun-triggers"])
+    assert settings["latency-wait"] >= 10
+    if profile == "slurm":
+        assert settings["executor"] == "slurm" and settings["retries"] >= 1
+        # sacct says "CANCELLED by <uid>", which plugin 2.8.0 never matches: an scancel'd job would hang
+        assert settings["slurm-status-command"] == "squeue"
+        assert not any(k in settings.get("default-resources", {}) for k in ("slurm_partition", "slurm_account")), \
+            "partition and account come from the environment only"
