@@ -87,3 +87,119 @@ def _table(root: Path) -> str:
     res = CliRunner().invoke(app, ["--root", str(root), "table"])
     assert res.exit_code == 0, res.output
     return (root / "runs.json").read_text()
+
+
+# ---------------------------------------------------------------- a kill just after the rename, a SIGTERM
+TINY = """
+# --- tiny scale (tests/test_crash_table.py) ---
+world: {n_train: 24, n_heldout: 24, clues_per_question: 4}
+model: {hidden_size: 48, num_layers: 2, num_heads: 2, intermediate_size: 96}
+pretrain: {steps: 20, batch_size: 8, warmup: 5}
+eval: {n_bootstrap: 20, min_parse_rate: 0}
+"""
+
+
+def _children(pid: int) -> list[int]:
+    """Every live descendant of pid (from /proc: no library needed)."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        kids = parents.get(todo.pop(), [])
+        out += kids
+        todo += kids
+    return out
+
+
+def _state(pid: int) -> str:
+    """The process's state letter (R, S, T stopped, Z zombie); "" when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return ""
+
+
+def _wait(what: str, ok, proc: subprocess.Popen, err: Path, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while not ok():
+        assert time.monotonic() < deadline, f"{what} within {seconds} s:\n{err.read_text()[-3000:]}"
+        time.sleep(0.05)
+
+
+def _pretrain_target(root: Path) -> tuple[str, Path]:
+    from martingale.plan import Plan
+    plan = Plan.load(root)
+    sid = next(s for s in plan.run_chain("base") if plan.stages[s].kind == "pretrain")
+    return sid, root / "results/_store/pretrain" / sid / "MANIFEST.json"
+
+
+def test_a_stage_killed_just_after_its_rename_is_rebuilt_to_the_same_bytes_by_the_profile(tmp_path):
+    """The stage's folder is in place but Snakemake never saw its job end (stopped with SIGSTOP
+    once the job started, so it cannot reap it; SIGKILLed once the job has exited): Snakemake
+    marks the output incomplete. A plain rerun refuses to trust it; the local profile
+    (rerun-incomplete) rebuilds it, and the rebuilt stage's manifest is byte-identical."""
+    root = make_project(tmp_path / "proj", code=("workflow", "profiles"), config=TINY)
+    sid, manifest = _pretrain_target(root)
+    target = str(manifest.relative_to(root))
+    err_path = tmp_path / "snakemake.err"
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen([SNAKEMAKE, "--cores", "1", target], cwd=root, env=ENV,
+                                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        try:
+            _wait("the pretrain job starts", lambda: started(root) is not None, proc, err_path)
+            os.kill(proc.pid, signal.SIGSTOP)            # Snakemake freezes; its job runs on
+            jobs = _children(proc.pid)
+            _wait("the job renames its folder into place and exits",
+                  lambda: manifest.is_file() and all(_state(p) in ("Z", "") for p in jobs), proc, err_path)
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert list((root / ".snakemake/incomplete").rglob("*")), "Snakemake did not see the job finish"
+    first = manifest.read_bytes()
+    assert subprocess.run([SNAKEMAKE, "--unlock", target], cwd=root, env=ENV, capture_output=True).returncode == 0
+
+    plain = subprocess.run([SNAKEMAKE, "--cores", "1", target], cwd=root, env=ENV, capture_output=True, text=True)
+    assert plain.returncode != 0 and "incomplete" in plain.stderr.lower(), plain.stderr[-2000:]
+    assert manifest.read_bytes() == first
+    profile = subprocess.run([SNAKEMAKE, "--profile", "profiles/local", target], cwd=root, env=ENV,
+                             capture_output=True, text=True)
+    assert profile.returncode == 0, profile.stderr[-3000:]
+    assert "1 of 1 steps (100%) done" in profile.stderr, profile.stderr[-2000:]
+    assert manifest.read_bytes() == first, "the rebuilt stage has other bytes"
+    assert not list((root / ".snakemake/incomplete").rglob("*.*"))
+
+
+def test_a_stage_sent_sigterm_logs_why_leaves_no_folder_and_its_run_shows_crashed_with_that_log(tmp_path):
+    """SIGTERM to the stage's own process (what scancel or a time limit sends): the stage logs
+    "killed by signal SIGTERM", removes its temp folder, Snakemake sees the job fail and exits
+    releasing its lock (no `--unlock` needed), and the table says crashed with the stage's log."""
+    root = make_project(tmp_path / "proj", config=SMOKE)
+    sid, manifest = _pretrain_target(root)
+    err_path = tmp_path / "snakemake.err"
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen([SNAKEMAKE, "--cores", "1", str(manifest.relative_to(root))], cwd=root,
+                                env=ENV, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        try:
+            log = root / "logs/pretrain" / f"{sid}.log"
+            _wait("the stage logs its first line", lambda: log.is_file() and log.stat().st_size > 0, proc, err_path)
+            stage = [p for p in _children(proc.pid) if "stage.py" in Path(f"/proc/{p}/cmdline").read_bytes().decode()
+                     and Path(f"/proc/{p}/exe").resolve().name.startswith("python")]
+            assert len(stage) == 1, stage
+            os.kill(stage[0], signal.SIGTERM)
+            assert proc.wait(timeout=120) != 0
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    text = log.read_text()
+    assert "stage failed" in text and "Killed: killed by signal SIGTERM" in text, text[-2000:]
+    assert not manifest.parent.exists()
+    assert not list((root / "results/_store/pretrain").glob(".*.tmp")), "a temp folder was left behind"
+    assert not live_snakemakes(root) and not stale_lock(root)
+    row = {r["run_id"]: r for r in json.loads(_table(root))}["base"]
+    assert row["state"] == "crashed" and row["log"] == f"logs/pretrain/{sid}.log", row
