@@ -1,7 +1,8 @@
 """The stage guards that need no server (the vLLM ones are in tests/test_vllm.py), each with its
-fault injected: a training stage that did not move the model, and an eval under its parse-rate
-floor (the helper, then the real evaluate and simulate stage bodies). Each fails the stage with one
-line and writes nothing."""
+fault injected: a training stage that did not move the model, an eval under its parse-rate floor
+(the helper, then the real evaluate and simulate stage bodies), a trained instructor identical to
+its start and a silent instructor (the real simulate stage), and model.path refusals. Each fails
+the stage with one line and writes nothing."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -106,3 +107,58 @@ def test_a_model_path_that_is_not_a_model_folder_is_refused_before_anything_is_l
         weights.run({"model": {"path": str(path)}}, tmp_path / "out")
     assert "\n" not in str(e.value)
     assert not (tmp_path / "out").exists()
+
+
+# The instructor guards inside the real simulate stage: a "trained" instructor that is its start
+# model byte for byte (an adapter that never applied), and an instructor that says nothing.
+def _simulate_cfg(default_cfg) -> dict:
+    sim = {**default_cfg["simulate"], "episodes": 8, "turns": 2, "mode": "neutral", "negations": False}
+    return _measure_cfg(default_cfg, 0.0, simulate=sim)
+
+
+def _other_model(tmp_path: Path, default_cfg, seed: int):
+    """An embedded model with other weights than untrained_model (another init seed), and its tokenizer."""
+    from martingale.model.load import build_tiny, save
+    from martingale.model.tokenizer import build_tokenizer
+    from martingale.world import traces
+    tok = build_tokenizer(traces.vocabulary(default_cfg["world"]["n_clue_types"]))
+    torch.manual_seed(seed)
+    out = tmp_path / f"model-{seed}"
+    save(build_tiny(default_cfg["model"], tok), tok, out)
+    return out, tok
+
+
+def test_a_trained_instructor_identical_to_its_start_fails_the_simulate_stage(tmp_path, default_cfg,
+                                                                             untrained_model):
+    import shutil
+
+    from martingale.stages import simulate
+    same = tmp_path / "trained-but-not"
+    shutil.copytree(untrained_model, same)
+    out = tmp_path / "out"
+    with pytest.raises(StageError, match=r"^simulate: the trained instructor speaks exactly as its start model "
+                                         r"\(max \|Δ log-prob\| 0\.00e\+00 ≤ model\.vllm\.adapter_floor") as info:
+        simulate.run(_simulate_cfg(default_cfg), model=same, human_model=untrained_model, out_dir=out)
+    assert "\n" not in str(info.value) and not out.exists()
+
+
+def test_an_instructor_that_says_nothing_fails_the_simulate_stage(tmp_path, default_cfg, untrained_model):
+    """The instructor's generation config (honoured by HF generate) suppresses every token but
+    end-of-text: each utterance is empty, and the stage fails at turn 1 rather than reading the
+    human's drift as influence. The same weights without the suppression build the folder."""
+    import json
+
+    from martingale.stages import simulate
+    mute, tok = _other_model(tmp_path, default_cfg, seed=1)
+    gen = mute / "model" / "generation_config.json"     # where load.save put it (a stage folder's model/)
+    cfg = json.loads(gen.read_text())
+    out = tmp_path / "out"
+    simulate.run(_simulate_cfg(default_cfg), model=mute, human_model=untrained_model, out_dir=out)
+    assert (out / "records.jsonl").exists()
+    cfg["suppress_tokens"] = [i for i in range(len(tok)) if i != tok.eos_token_id]
+    gen.write_text(json.dumps(cfg))
+    out = tmp_path / "out-mute"
+    with pytest.raises(StageError, match=r"^simulate: the instructor said nothing \(empty utterance\) in 8 of 8 "
+                                         r"episodes at turn 1 \(assert_spoke; e\.g\. episode 0\)$"):
+        simulate.run(_simulate_cfg(default_cfg), model=mute, human_model=untrained_model, out_dir=out)
+    assert not out.exists()
