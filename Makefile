@@ -35,7 +35,7 @@ campaign: install vllm smollm2  ## the whole campaign: every valid run in conf/r
 test: install smollm2 vllm system-packages  ## lint the workflow (with each profile), then unit tests, the browser test, the end-to-end chain, the vLLM server tests and the SLURM cluster test at smoke scale
 	$(BIN)/snakemake --lint --profile profiles/local
 	$(BIN)/snakemake --lint --profile profiles/slurm
-	$(BIN)/pytest -q --durations=25
+	$(BIN)/pytest -q -rs --durations=25
 
 table: install
 	$(BIN)/martingale table

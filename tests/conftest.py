@@ -5,6 +5,16 @@ import pytest
 from omegaconf import OmegaConf
 
 from martingale.config.schema import Config
+from realparts import require
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """``@pytest.mark.real("vllm", ...)``: each part checked before the test's fixtures start
+    anything (tests/realparts.py: a skip naming it, a one-line failure in CI)."""
+    for mark in item.iter_markers("real"):
+        for part in mark.args:
+            require(part)
 
 
 @pytest.fixture

@@ -14,9 +14,7 @@ from martingale.table import write_table
 from projcopy import FIXTURE, proj, run_files, write_eval, write_run  # noqa: F401 (proj: fixture)
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(
-    not (CHROMIUM and CHROMEDRIVER),
-    reason="needs Debian's chromium and chromium-driver (.ci/run installs them: apt-get install chromium chromium-driver)")]
+pytestmark = [pytest.mark.slow, pytest.mark.real("browser")]   # Debian's chromium + chromium-driver
 N_RUNS = len(run_files(FIXTURE))   # the page shows the fixture campaign (the proj fixture)
 
 # Without the background-networking flags Chromium stalls on this closed network.

@@ -239,10 +239,9 @@ def test_server_ready_records_its_version_through_the_vllm_backend(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.real("vllm")
 def test_the_served_vllm_server_version_is_recorded(tmp_path, vllm_served):
     from vllmserver import VLLM_PYTHON
-    if not VLLM_PYTHON.exists():
-        pytest.skip("no .venv-vllm: `make vllm` creates it")
     gen, _ = vllm_served
     doc = _stage(tmp_path / "s", tmp_path, lambda tmp: gen.server.wait_ready(30))
     dist = next(VLLM_PYTHON.parents[1].glob("lib/python*/site-packages/vllm*.dist-info"))

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -34,13 +33,12 @@ from pathlib import Path
 import pytest
 
 from projcopy import REPO, make_project
+from realparts import require
 
-pytestmark = [pytest.mark.slow, pytest.mark.slurm]
+pytestmark = [pytest.mark.slow, pytest.mark.slurm, pytest.mark.real("slurm")]
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 SLURM_SH = REPO / "cluster" / "slurm.sh"
-PROGRAMS = ("munged", "mungekey", "mariadbd", "mariadb-install-db", "slurmdbd", "slurmctld", "slurmd",
-            "sacctmgr", "sbatch", "squeue", "sacct", "scancel", "sinfo")
 SMOKE = """
 # --- slurm smoke scale (tests/test_slurm_cluster.py): 1 CPU per stage, two stages at once ---
 world: {n_train: 16, n_heldout: 32, clues_per_question: 4}
@@ -62,10 +60,6 @@ FAST = ("--slurm-init-seconds-before-status-checks", "2", "--seconds-between-sta
 TIMINGS: dict[str, float] = {}
 
 
-def _missing_programs() -> list[str]:
-    return [p for p in PROGRAMS if not shutil.which(p) and not Path("/usr/sbin", p).exists()]
-
-
 @dataclass
 class Cluster:
     state: Path
@@ -76,12 +70,7 @@ class Cluster:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """A fresh single-node cluster for this module; stopped by PID at the end."""
-    missing = _missing_programs()
-    if missing:
-        pytest.skip("SLURM test cluster: Debian packages slurm-wlm slurmdbd munge mariadb-server are not "
-                    f"installed (missing: {', '.join(missing)})")
-    if os.geteuid() != 0:
-        pytest.skip("SLURM test cluster: cluster/slurm.sh must run as root (daemons, /etc/slurm links)")
+    require("slurm")   # the Debian packages and root (tests/realparts.py)
     state = tmp_path_factory.mktemp("slurm") / "state"
     t0 = time.monotonic()
     up = subprocess.run(["bash", str(SLURM_SH), "up", str(state)], capture_output=True, text=True,

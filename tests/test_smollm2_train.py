@@ -24,9 +24,7 @@ RUNS = {"smol.yaml": "parent: null\nknob: setup=smoke\n",
         "smol-vllm.yaml": "parent: smol\nknob: model.backend=vllm\n",
         "smol-vllm-B.yaml": "parent: smol-vllm\nknob: stages.s1.reward=B\n"}
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not (MODEL / "config.json").is_file(),
-                                 reason=f"no {MODEL.relative_to(REPO)}: `make smollm2` fetches it")]
+pytestmark = [pytest.mark.slow, pytest.mark.real("smollm2")]
 
 
 def smoke_setup(root: Path) -> None:
@@ -69,7 +67,7 @@ def test_a_real_chat_model_trains_with_hf_rollouts_and_moves(project):
     assert "step 1/2" in log and "step 2/2" in log and "tok/s" in log
 
 
-@pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no .venv-vllm: `make vllm` creates it")
+@pytest.mark.real("vllm")
 def test_a_real_chat_model_trains_with_vllm_rollouts_its_adapter_served_and_applied(project):
     stage = build_train_stage(project, "smol-vllm-B")
     assert stage["backend"] == "vllm" and stage["steps"] == 2

@@ -21,9 +21,7 @@ PROMPT_TOKENS = 256   # each background is cut (by words) to fit: ~250 tokens a 
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not (MODEL / "config.json").is_file(),
-                       reason=f"no {MODEL.relative_to(REPO)}: `make smollm2` fetches it"),
-    pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no .venv-vllm: `make vllm` creates it"),
+    pytest.mark.real("smollm2", "vllm"),
 ]
 
 

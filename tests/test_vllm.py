@@ -13,15 +13,14 @@ from pathlib import Path
 import pytest
 from martingale.stages.common import StageError
 
-from vllmserver import VLLM_PYTHON, build, model_cfg
+from vllmserver import build, model_cfg
 PROBES = ["Q c1 c2 c3 c4 think", "Q c5 c6 think", "Q not c7 c8 think", "Q c9 think"]
 TOL = 0.01           # model.vllm.parity_tol in the branch tests
 
 
 def server_test(test):
-    """A test against the real server: slow, skipped without .venv-vllm."""
-    test = pytest.mark.slow(test)
-    return pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no .venv-vllm: `make vllm` creates it")(test)
+    """A test against the real server: slow, and needs .venv-vllm (tests/realparts.py)."""
+    return pytest.mark.real("vllm")(pytest.mark.slow(test))
 
 
 # -- verify's branches: the server's greedy replies scripted, HF's side real --------------------------

@@ -34,8 +34,7 @@ eval: {{n_bootstrap: 200}}
 RUNS = {"base-vllm.yaml": "parent: base\nknob: model.backend=vllm\n",
         "vllm-B.yaml": "parent: base-vllm\nknob: stages.s1.reward=B\n"}
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no .venv-vllm: `make vllm` creates it")]
+pytestmark = [pytest.mark.slow, pytest.mark.real("vllm")]
 
 
 @pytest.fixture(scope="module")
