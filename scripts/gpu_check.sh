@@ -3,8 +3,9 @@
 #   1. .venv-vllm with the CUDA build of vLLM (scripts/install_vllm.sh picks `vllm` when nvidia-smi
 #      works); a CPU build left there from another machine is refused, not used;
 #   2. the main venv (`make install`, a no-op when it is up to date);
-#   3. tests/test_placement.py: models, distill and training placed on the GPU in bfloat16 (its
-#      GPU tests must run, not skip);
+#   3. tests/test_placement.py: placement picks the GPU in bfloat16, distill's trainer config
+#      follows it, and the real evaluate and train stage bodies record their model on cuda in
+#      bfloat16 (its GPU tests must run, not skip);
 #   4. tests/test_vllm.py against a real server (a skipped test counts as a failure here);
 #   5. bench/backend_throughput.py in bfloat16 (HF on the GPU beside the vLLM server).
 # Needs network for the two installs. Exits non-zero at the first failure; the last line says

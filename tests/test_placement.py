@@ -1,5 +1,6 @@
 """GPU placement: the model config says where a model runs and in what dtype; nothing is forced to
-the CPU, asking for CUDA where there is none fails in one line, and placement is not in stage ids."""
+the CPU, asking for CUDA where there is none fails in one line, and placement is not in stage ids.
+On a CUDA machine (scripts/gpu_check.sh) the evaluate and train stage bodies run there in bfloat16."""
 from __future__ import annotations
 
 import pytest
@@ -66,3 +67,34 @@ def test_real_model_configs_ask_for_bfloat16_on_a_gpu_and_float32_on_a_cpu():
     for name in ("llama31_8b", "qwen3_32b", "mistral_7b", "r1_distill_qwen_32b"):
         cfg = OmegaConf.load(REPO / "conf" / "model" / f"{name}.yaml")
         assert cfg.dtype == "auto" and cfg.get("device", "auto") == "auto", name
+
+
+# The real stage bodies on a GPU (run by scripts/gpu_check.sh on a CUDA machine): each records
+# where its model lived, and with device=auto, dtype=auto that is the GPU in bfloat16.
+def _gpu_cfg(default_cfg) -> dict:
+    return {**default_cfg, "seed": 0, "model": {**default_cfg["model"], "device": "auto", "dtype": "auto"},
+            "world": {**default_cfg["world"], "n_train": 8, "n_heldout": 8},
+            "eval": {**default_cfg["eval"], "n_bootstrap": 10, "min_parse_rate": 0.0}}
+
+
+@needs_gpu
+def test_the_evaluate_stage_runs_its_model_on_the_gpu_in_bfloat16(tmp_path, default_cfg, untrained_model):
+    import json
+
+    from martingale.stages import evaluate
+    evaluate.run(_gpu_cfg(default_cfg), model=untrained_model, judge_model=untrained_model, out_dir=tmp_path / "out")
+    where = json.loads((tmp_path / "out" / "backend.json").read_text())
+    assert where["device"].startswith("cuda") and where["dtype"] == "bfloat16", where
+
+
+@needs_gpu
+def test_a_training_stage_steps_on_the_gpu_in_bfloat16(tmp_path, default_cfg, untrained_model):
+    import json
+
+    from martingale.stages import train
+    cfg = _gpu_cfg(default_cfg)
+    cfg.update(stage={**default_cfg["stages"]["s1"], "reward": "BP", "batch_questions": 4, "generations": 2, "epochs": 1},
+               elicit={"mode": "samemode", "judge": "trace", "cut": 0.5})
+    train.run(cfg, start_model=untrained_model, judge_model=untrained_model, out_dir=tmp_path / "out")
+    where = json.loads((tmp_path / "out" / "stage.json").read_text())
+    assert where["device"].startswith("cuda") and where["dtype"] == "bfloat16", where
