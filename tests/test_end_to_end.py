@@ -83,13 +83,6 @@ def test_filter_s2only_reports_every_stage_with_the_core_metrics(built):
         assert stage["n"] == 48
 
 
-def _number_or_reason(block: dict, key: str) -> None:
-    """A battery entry is a number (a CI two numbers) or null with its reason: never silent."""
-    value = block[key]
-    defined = None not in value if key == "ci" else value is not None
-    assert defined or key in block["undefined"], key
-
-
 def test_filter_s2only_shows_its_knobs_paired_effect_against_filter_twostage(built):
     from martingale.plan import Plan
     plan = Plan.load(built)
@@ -101,23 +94,25 @@ def test_filter_s2only_shows_its_knobs_paired_effect_against_filter_twostage(bui
         eff = stage["effect"]
         assert eff["n_paired"] == 48 and eff["parent_seed"] == 42, name
         brier, ms = eff["brier"], eff["ms"]
-        # At smoke scale the model is barely trained and states a parseable P on few questions:
-        # each number of the battery is there, or null with the reason (e.g. too few pairs).
-        for key in ("child", "parent", "delta", "ci", "t", "p_t", "wilcoxon", "p_wilcoxon",
-                    "share_child_wins", "share_ties"):
-            _number_or_reason(brier, key)
-        for key in ("child", "parent", "delta", "ci", "p_perm"):
-            _number_or_reason(ms, key)
-        # ΔBrier pairs the questions where child and parent both stated a parseable P
+        # ΔBrier pairs the questions where child and parent both stated a parseable P (at smoke
+        # scale ~80% of the 48: enough pairs that every number of the battery is defined)
         n_stated = stated_in_both(built, dirs["filter-s2only"][(name, 42)], dirs["filter-twostage"][(name, 42)])
-        assert brier["n"] == n_stated <= eff["n_paired"], name
-        if name == "s0":    # D, evaluated once for both: the same eval, so Δ ≡ 0
+        assert brier["n"] == n_stated <= eff["n_paired"] and n_stated >= 30, name
+        if name == "s0":    # D, evaluated once for both: the same eval, so Δ ≡ 0, and no test statistic
             assert eff["same_eval_stage"]
-            assert brier["delta"] in (0, None) and ms["delta"] in (0, None)
-        else:               # the knob changes s1 (and so s2): distinct evals
+            assert brier["delta"] == 0 and brier["ci"] == [0, 0] and ms["delta"] == 0 and ms["ci"] == [0, 0]
+            assert set(brier["undefined"]) == {"t", "p_t", "wilcoxon", "p_wilcoxon"}
+            assert all("every paired difference is 0" in why for why in brier["undefined"].values())
+            assert set(ms["undefined"]) == {"p_perm"}
+        else:               # the knob changes s1 (and so s2): distinct evals, every number defined
             assert not eff["same_eval_stage"]
-            if brier["delta"] is not None and None not in brier["ci"]:
-                assert brier["ci"][0] <= brier["delta"] <= brier["ci"][1]
+            assert brier["undefined"] == {} and ms["undefined"] == {}, name
+            for block, keys in ((brier, ("child", "parent", "delta", "t", "p_t", "wilcoxon", "p_wilcoxon",
+                                         "share_child_wins", "share_ties")), (ms, ("child", "parent", "delta", "p_perm"))):
+                assert all(isinstance(block[k], (int, float)) for k in keys), (name, block)
+            for block in (brier, ms):
+                assert block["ci"][0] <= block["delta"] <= block["ci"][1], (name, block)
+            assert brier["delta"] != 0
     assert set(ev["stages"]["s2"]["counts"]) >= {"beats_parent", "beats_start", "beats_constant"}
 
 
@@ -294,15 +289,15 @@ def test_a_knob_that_adds_a_stage_is_headlined_by_its_stage_against_the_parents_
     final = ev["effect"]["final"]
     assert ev["effect"]["compares"] == "s1 vs parent s0" and not final["same_eval_stage"]
     assert final["n_paired"] == 48 and "effect" not in ev["stages"]["s1"]
-    for key in ("delta", "ci", "p_t", "p_wilcoxon"):
-        _number_or_reason(final["brier"], key)
-    for key in ("delta", "ci", "p_perm"):
-        _number_or_reason(final["ms"], key)
+    assert final["undefined"] == {} and final["brier"]["undefined"] == {} and final["ms"]["undefined"] == {}
+    assert final["brier"]["n"] >= 30
     head = ev["effect"]["headline"]
-    if head is not None:
-        assert head["compares"] == "s1 vs parent s0" and head["brier_delta"] == final["brier"]["delta"]
-    else:
-        assert final["brier"]["delta"] is None, "a defined final effect must be the headline"
+    assert head is not None, "a defined final effect is the headline"
+    assert head["compares"] == "s1 vs parent s0" and head["stage"] == "s1" and head["parent_stage"] == "s0"
+    assert (head["brier_delta"], head["brier_ci"], head["p_t"]) == \
+        (final["brier"]["delta"], final["brier"]["ci"], final["brier"]["p_t"])
+    assert (head["ms_delta"], head["ms_ci"]) == (final["ms"]["delta"], final["ms"]["ci"])
+    assert head["brier_ci"][0] <= head["brier_delta"] <= head["brier_ci"][1]
 
 
 def test_base_asked_from_its_exported_questions_file_measures_exactly_what_base_measures(built, tmp_path):
