@@ -1,4 +1,4 @@
-"""The api judge's client against a local HTTP server that misbehaves on a schedule (500s, a hang,
+"""The api client (model/api_client.py: the api judge's and the api backend's) through the judge, against a local HTTP server that misbehaves on a schedule (500s, a hang,
 garbage, 429, a refused key): retries with backoff, clean failures, every call counted, answers
 cached on disk so a rerun makes no call, and the key never written. The same client against a
 real vLLM server is in tests/test_vllm.py."""
@@ -162,9 +162,9 @@ def test_a_connection_dropped_every_time_is_a_failure_naming_the_error(flaky, tm
                                                        (20.0, 3, [20.0, 30.0, 30.0])])
 def test_retries_back_off_exponentially_from_backoff_s_capped_at_30_seconds(flaky, tmp_path, monkeypatch,
                                                                             backoff_s, retries, waits):
-    from martingale.beliefs import api_judge
+    from martingale.model import api_client
     slept: list[float] = []
-    monkeypatch.setattr(api_judge.time, "sleep", slept.append)   # the schedule, not the wall clock
+    monkeypatch.setattr(api_client.time, "sleep", slept.append)   # the schedule, not the wall clock
     server = flaky(*["500"] * retries)
     judge = ApiJudge(judge_cfg(server.url, tmp_path, retries=retries, backoff_s=backoff_s))
     assert judge.ask("patience") == "0.25 end"

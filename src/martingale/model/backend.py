@@ -56,7 +56,7 @@ class Backend(Protocol):
 
 
 BACKENDS: dict[str, type] = {}
-HELPERS = ("backend", "generate", "load", "tokenizer")   # modules here that register no backend
+HELPERS = ("api_client", "backend", "generate", "load", "tokenizer")   # modules here that register no backend
 _DISCOVERED: list[bool] = []
 
 
