@@ -182,13 +182,19 @@ def test_an_id_check_accepts_is_planned_by_snakemake_and_a_periodic_one_is_refus
 # ------------------------------------------------------------------ every leaf has a domain
 
 def _leaves(cls, prefix: str = "") -> list[str]:
-    """Dotted keys of every leaf field of a config dataclass (nested dataclasses walked)."""
+    """Dotted keys of every leaf field of a config dataclass (nested dataclasses walked; an
+    optional one, null by default, is a leaf and its fields are leaves too)."""
+    import typing
+    hints = typing.get_type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):
         key = f"{prefix}{f.name}"
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        optional = [a for a in typing.get_args(hints[f.name]) if dataclasses.is_dataclass(a)]
         if dataclasses.is_dataclass(default):
             out += _leaves(type(default), key + ".")
+        elif optional:
+            out += [key, *_leaves(optional[0], key + ".")]
         else:
             out.append(key)
     return out

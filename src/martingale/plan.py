@@ -76,7 +76,8 @@ def _model_slice(model: dict, kind: StageKind) -> dict:
     drop = PLACEMENT_KEYS if kind.serves else (*PLACEMENT_KEYS, *SERVING_KEYS)
     return {k: v for k, v in model.items()
             if k not in drop and not (k in UNSET_IS_DEFAULT and (not v or not kind.serves))
-            and not (k == "loss_batch" and kind.place != "step")}
+            and not (k == "loss_batch" and kind.place != "step")
+            and not (k == "api" and model.get("backend") != "api")}   # an api endpoint only where one is used
 
 
 QUESTION_SOURCE = {"name": "synthetic", "questions_file": None}   # where the questions come from
@@ -102,14 +103,21 @@ def _elicit_slice(elicit: dict, kind: StageKind) -> dict:
 
 
 def _prompts_slice(prompts: dict, kind: StageKind) -> dict:
-    """``prompts`` without ``context_words`` where it is null (whole contexts: the ids of runs from
-    before the key existed stay as they were)."""
-    return {k: v for k, v in prompts.items() if not (k == "context_words" and v is None)}
+    """``prompts`` without ``context_words`` or ``episode`` where null (whole contexts, no chat
+    episodes: the ids of runs from before the keys existed stay as they were)."""
+    return {k: v for k, v in prompts.items() if not (k in ("context_words", "episode") and v is None)}
+
+
+def _simulate_slice(simulate: dict, kind: StageKind) -> dict:
+    """``simulate`` without a role's model where it is null (the run's model plays it: the ids of
+    runs from before the keys existed stay as they were)."""
+    return {k: v for k, v in simulate.items() if not (k in ("human_model", "instructor_model") and v is None)}
 
 
 # How a section is cut for a kind's slice, where it is not taken whole.
 SECTION_SLICES: dict[str, Callable[[dict, StageKind], dict]] = {
-    "model": _model_slice, "world": _world_slice, "elicit": _elicit_slice, "prompts": _prompts_slice}
+    "model": _model_slice, "world": _world_slice, "elicit": _elicit_slice, "prompts": _prompts_slice,
+    "simulate": _simulate_slice}
 
 # Keys a stage sees only where they are used, so a run that uses neither keeps its ids whatever they
 # say: judge.* where beliefs are read by the api judge (its address too, like a generating stage's

@@ -13,7 +13,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 
 @dataclass
@@ -48,6 +48,21 @@ class Resources:
 
 
 @dataclass
+class ApiModelConfig:
+    """An OpenAI-compatible chat endpoint for ``backend: api`` (model/api.py): a two-agent episode's
+    role generating through DeepSeek, OpenAI or a vLLM server. Only ``model`` is what it computes;
+    the rest is how to reach it (the client of model/api_client.py)."""
+    base_url: Optional[str] = None            # e.g. https://api.deepseek.com/v1, or a vLLM server's http://host:port/v1
+    model: Optional[str] = None               # the served model name, e.g. deepseek-chat
+    api_key_env: str = "MARTINGALE_API_KEY"   # the variable holding the key; never written
+    concurrency: int = 8                      # requests in flight
+    timeout_s: int = 120                      # per request
+    retries: int = 4                          # on 429, 5xx, timeouts, dropped connections, unreadable bodies
+    backoff_s: float = 1.0                    # first retry's wait, doubled each retry (at most 30 s)
+    cache_dir: str = "results/_api_cache"     # replies by (model, messages, parameters, seed)
+
+
+@dataclass
 class VLLMConfig:
     """The vLLM server a stage starts for ``backend: vllm`` (model/vllm.py), its client and its guards."""
     python: str = ".venv-vllm/bin/python"   # vLLM's own environment (make vllm)
@@ -71,7 +86,8 @@ class ModelConfig:
     name: str = "tiny"
     family: str = "llama"
     path: Optional[str] = None    # local HF folder; None = pretrain the embedded model
-    backend: str = "hf"           # hf (transformers in-process) | vllm (a vLLM server, its own env)
+    backend: str = "hf"           # hf (transformers in-process) | vllm (a vLLM server, its own env) | api (an
+                                  # OpenAI-compatible chat endpoint: an episode role only, simulate.human_model)
     hidden_size: int = 96
     num_layers: int = 3
     num_heads: int = 3            # head_dim = hidden_size / num_heads = 32: a size vLLM's CPU attention serves (24 is refused)
@@ -86,6 +102,7 @@ class ModelConfig:
                                   # (0 = the whole rollout at once); a real model's long prompts do not fit at once
     server_url: Optional[str] = None  # backend vllm: a server you run (served as model.name); null = one per stage
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
+    api: ApiModelConfig = field(default_factory=ApiModelConfig)
     resources: Resources = field(default_factory=Resources)
 
 
@@ -162,6 +179,23 @@ class ElicitConfig:
 
 
 @dataclass
+class EpisodePromptsConfig:
+    """A chat episode's prompts (world/chat_episodes.py; conf/prompts/c2.yaml): the human's persona
+    and turns, the instructor's system prompt per mode. Fields: the question's ({question},
+    {background}, {resolution_criteria}, {opt}), {lean_pct} (the persona's starting P in %),
+    {message} (what the instructor said), {human_message} and {p} (the human's last reply and P)."""
+    human_system: str = ""
+    human_first: str = ""          # the question, and the first ask for P
+    human_turn: str = ""           # after an instructor's message
+    human_alone: str = ""          # simulate.mode=none: no instructor, the human reconsiders on its own
+    human_reask: str = ""          # simulate.mode=reask: the human is only asked again
+    instructor_turn: str = ""
+    instructor: Dict[str, str] = field(default_factory=dict)   # mode → the instructor's system prompt
+    reply_max_tokens: int = 160    # a human's reply
+    instructor_max_tokens: int = 120
+
+
+@dataclass
 class PromptsConfig:
     """What a model is asked (beliefs/prompts.py): ``embedded`` = the embedded model's own format;
     another set holds the templates, with {question}, {background}, {resolution_criteria}, {opt}
@@ -182,6 +216,7 @@ class PromptsConfig:
     judge_forced_prefix: str = "" # the same for the judge's answer (e.g. "0."); "" = no forced judge read
     forced_min_mass: float = 0.5  # a forced read whose valid-answer tokens hold less of the next-token mass
                                   # (among the top 20) is unparsed, never a number
+    episode: Optional[EpisodePromptsConfig] = None   # chat episodes' prompts (conf/prompts/c2.yaml); null = none
 
 
 @dataclass
@@ -227,6 +262,11 @@ class SimulateConfig:
     negations: bool = False       # also play each episode negated: coherence |P(A) + P(¬A) − 1|
     human_temperature: float = 1.0
     instructor_temperature: float = 1.0
+    # Each role's model, as keys changed from the run's `model` (null: the run's model itself), e.g.
+    # {backend: api, api: {base_url: https://api.deepseek.com/v1, model: deepseek-chat}}: the log's
+    # DeepSeek human. Chat episodes only (a prompt set with `episode` prompts, conf/prompts/c2.yaml).
+    human_model: Optional[Dict[str, Any]] = None
+    instructor_model: Optional[Dict[str, Any]] = None
 
 
 @dataclass
@@ -572,6 +612,15 @@ DOMAINS: dict[str, Domain] = {
     "model.vllm.parity_tol": POSITIVE,
     "model.vllm.adapter_floor": NONNEG,
     "model.vllm.extra_args": Args(),
+    # model.api: model/api.py (an episode role behind an OpenAI-compatible endpoint), model/api_client.py
+    "model.api.base_url": Url(),
+    "model.api.model": Name(optional=True, pattern=re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:-]{0,127}")),
+    "model.api.api_key_env": SecretVar(),
+    "model.api.concurrency": COUNT,
+    "model.api.timeout_s": COUNT,
+    "model.api.retries": Int(0),
+    "model.api.backoff_s": NONNEG,
+    "model.api.cache_dir": ProjectPath(),
     "model.resources.cpus": COUNT,
     "model.resources.mem_mb": COUNT,
     "model.resources.gpus": Int(0),
@@ -595,6 +644,18 @@ DOMAINS: dict[str, Domain] = {
     "prompts.forced_prefix": Template(()),
     "prompts.judge_forced_prefix": Template(()),
     "prompts.forced_min_mass": Real(0, 1, lo_open=True),
+    # prompts.episode: world/chat_episodes.py (null: the prompt set plays no chat episode)
+    "prompts.episode": OneOf((None,)),
+    "prompts.episode.human_system": Template(("lean_pct", "opt")),
+    "prompts.episode.human_first": Template(("question", "background", "resolution_criteria", "opt")),
+    "prompts.episode.human_turn": Template(("message", "opt")),
+    "prompts.episode.human_alone": Template(("opt",)),
+    "prompts.episode.human_reask": Template(("opt",)),
+    "prompts.episode.instructor_turn": Template(("question", "background", "resolution_criteria", "opt",
+                                                 "human_message", "p")),
+    "prompts.episode.instructor": Template(("opt", "question")),   # each mode's system prompt
+    "prompts.episode.reply_max_tokens": COUNT,
+    "prompts.episode.instructor_max_tokens": COUNT,
     "budget.gpu_hours": Maybe(POSITIVE),
     "budget.cpu_hours": Maybe(POSITIVE),
     "judge.base_url": Url(),
@@ -665,6 +726,8 @@ DOMAINS: dict[str, Domain] = {
     "simulate.negations": Flag(),
     "simulate.human_temperature": POSITIVE,
     "simulate.instructor_temperature": POSITIVE,
+    "simulate.human_model": OneOf((None,)),       # set: a mapping of model.* keys, each in model.*'s domain
+    "simulate.instructor_model": OneOf((None,)),
     "instructor.iterations": COUNT,
     "instructor.train_episodes": Int(2),
     "instructor.meta_size": Int(3),               # an MS slope within a meta-episode
@@ -795,10 +858,19 @@ def relation_problem(cfg: dict, root: Optional[Path] = None) -> tuple[str, str] 
     return None
 
 
+ROLE_MODELS = ("simulate.human_model", "simulate.instructor_model")   # model.* keys changed for one role
+
+
 def domain_key(key: str) -> str:
-    """The DOMAINS entry of a dotted key: itself, or its ``stages.*.x`` form."""
+    """The DOMAINS entry of a dotted key: itself, its ``stages.*.x`` form, ``model.x`` for a role's
+    ``simulate.human_model.x``, ``prompts.episode.instructor`` for each mode's prompt under it."""
     if key in DOMAINS:
         return key
+    for role in ROLE_MODELS:
+        if key.startswith(role + "."):
+            return "model." + key[len(role) + 1:]
+    if key.startswith("prompts.episode.instructor."):
+        return "prompts.episode.instructor"
     parts = key.split(".")
     return ".".join([parts[0], "*", *parts[2:]]) if len(parts) > 2 else key
 
