@@ -661,6 +661,13 @@ def delta_brier_ci(first: Any, last: Any, y: Any, n_resamples: int, level: float
     return float(low), float(high)
 
 
+def _ms_bayes(records: list[dict[str, Any]]) -> float:
+    """The Bayes human's MS first → last; a real question (a chat episode) has no oracle."""
+    if any(r.get("bayes_turns") is None for r in records):
+        raise MetricError("ms_bayes: real questions have no Bayes oracle (a chat episode)")
+    return martingale_fit([r["bayes_turns"][0] for r in records], [r["bayes_turns"][-1] for r in records])["ms"]
+
+
 def episode_metrics(records: list[dict[str, Any]], n_bootstrap: int = 1000, level: float = 0.95,
                     seed: int = 0) -> dict[str, Any]:
     """A simulate stage's episode block, over episodes whose first and last P both parsed:
@@ -683,8 +690,7 @@ def episode_metrics(records: list[dict[str, Any]], n_bootstrap: int = 1000, leve
         ("brier_first", lambda: brier(first[ok], y[ok])),
         ("delta_brier", lambda: brier(last[ok], y[ok]) - brier(first[ok], y[ok])),
         ("delta_brier_ci", lambda: list(delta_brier_ci(first[ok], last[ok], y[ok], n_bootstrap, level, seed))),
-        ("ms_bayes", lambda: martingale_fit([r["bayes_turns"][0] for r in records],
-                                            [r["bayes_turns"][-1] for r in records])["ms"]),
+        ("ms_bayes", lambda: _ms_bayes(records)),
     ]
     for key, fn in steps:
         try:

@@ -806,13 +806,75 @@ def plays_episodes(cfg: dict) -> bool:
     return cfg.get("eval", {}).get("kind") == "simulate" or trains_instructor(cfg)
 
 
-def _episodes_prompts_problem(cfg: dict, root: Optional[Path]) -> Optional[str]:
-    """Two-agent episodes run in the embedded format only: a chat-model instructor and human (their
-    prompts in conf/prompts/) are not built yet."""
-    name = cfg.get("prompts", {}).get("name", "embedded")
-    if plays_episodes(cfg) and name != "embedded":
-        return (f"prompts={name}: two-agent episodes (eval.kind=simulate, an instructor stage) run the embedded "
-                "format only; a chat-model instructor and human are not built yet")
+def _episodes_prompts_problem(cfg: dict, root: Optional[Path]) -> Optional[tuple[str, str]]:
+    """Two-agent episodes run in the embedded format, or between chat models with a prompt set's
+    episode prompts (conf/prompts/c2.yaml): each mode needs its instructor prompt; a chat
+    instructor is not trained yet (C3 on chat models); each role's model keys must be model keys;
+    an api role plays with the verbal read (an endpoint gives no prefilled next-token log-probs),
+    and a run's own model is never an api (it is read and trained through token log-probs)."""
+    prompts, sim = cfg.get("prompts", {}), cfg.get("simulate", {})
+    name, episode = prompts.get("name", "embedded"), prompts.get("episode")
+    if cfg["model"].get("backend") == "api":
+        return ("model.backend", "api plays a two-agent episode's role only (simulate.human_model / "
+                "instructor_model): a run's own model is read and trained through token log-probs (hf or vllm)")
+    roles = [r for r in ROLE_MODELS if sim.get(r.split(".")[1]) is not None]
+    if roles and (not episode or not plays_episodes(cfg)):
+        return (roles[0], "a role's model plays chat episodes only (eval.kind=simulate with a prompt set that "
+                "has episode prompts, e.g. prompts=c2)")
+    for role in roles:
+        over = sim[role.split(".")[1]]
+        if not isinstance(over, dict):
+            return (role, f"a mapping of model keys to change for this role, got {over!r}")
+        problem = _model_override_problem(role, over)
+        if problem:
+            return problem
+        if over.get("backend") == "api" and cfg["elicit"].get("read") == "forced" and role.endswith("human_model"):
+            return ("elicit.read", "forced with an api human (simulate.human_model.backend=api): an endpoint "
+                    "returns text, not a next-token distribution (use elicit.read=verbal)")
+    if not plays_episodes(cfg):
+        return None
+    from ..world.chat_episodes import CHAT_MODES, NO_INSTRUCTOR
+    from ..world.episodes import MODES
+    mode = sim.get("mode")
+    if episode:
+        if trains_instructor(cfg):
+            return ("prompts.episode", f"prompts={name}: an instructor stage trains in the embedded format only "
+                    "(C3 on chat models is not built yet)")
+        if mode not in CHAT_MODES:
+            return ("simulate.mode", f"{mode!r} is not a chat episode's mode ({', '.join(CHAT_MODES)})")
+        if mode not in NO_INSTRUCTOR and not (episode.get("instructor") or {}).get(mode):
+            return ("prompts.episode.instructor", f"prompts={name} has no instructor prompt for simulate.mode={mode}")
+        return None
+    if name != "embedded":
+        return ("prompts.name", f"prompts={name}: two-agent episodes (eval.kind=simulate, an instructor stage) need "
+                "the embedded format or a prompt set with episode prompts (prompts.episode, e.g. prompts=c2)")
+    if mode not in MODES:
+        return ("simulate.mode", f"{mode!r} is a chat episode's mode: the embedded episodes have {', '.join(MODES)}")
+    return None
+
+
+def _model_override_problem(role: str, over: dict) -> Optional[tuple[str, str]]:
+    """A role's model keys: each a key of the model schema, its value in the key's domain."""
+    from omegaconf import OmegaConf
+    try:
+        OmegaConf.merge(OmegaConf.structured(ModelConfig), over)
+    except Exception as e:   # an unknown key or a wrong type: OmegaConf says which
+        key = getattr(e, "full_key", None) or ""
+        return (f"{role}.{key}" if key else role, str(e).splitlines()[0])
+
+    def leaves(d: dict, prefix: str) -> list[tuple[str, Any]]:
+        out = []
+        for k, v in d.items():
+            out += leaves(v, f"{prefix}.{k}") if isinstance(v, dict) else [(f"{prefix}.{k}", v)]
+        return out
+    from ..model.backend import backends
+    for key, value in leaves(over, role):
+        if key == f"{role}.backend" and value not in backends():
+            return (key, f"{value!r} is not one of: {', '.join(backends())}")
+        domain = DOMAINS.get(domain_key(key))
+        problem = domain.problem(value) if domain is not None and not isinstance(domain, InChoices) else None
+        if problem:
+            return (key, problem)
     return None
 
 
@@ -894,9 +956,10 @@ def choices() -> dict[str, tuple[Any, ...]]:
     from ..model.backend import backends
     from ..rewards import REWARDS
     from ..stages import kind_names
+    from ..world.chat_episodes import CHAT_MODES
     from ..world.episodes import MODES
     return {**FIXED_CHOICES,
-            "simulate.mode": tuple(MODES),
+            "simulate.mode": tuple(dict.fromkeys([*MODES, *CHAT_MODES])),
             "elicit.judge": tuple(READERS),
             "stages.*.reward": (None, *REWARDS),
             "model.backend": tuple(backends()),

@@ -51,6 +51,11 @@ class Backend(Protocol):
         """Make later samples come from the LoRA policy ``model`` after an optimizer step (a server
         backend saves its adapter to ``folder`` and reloads it; in-process backends already do)."""
 
+    def chat(self, conversations: list[list[dict[str, str]]], max_new_tokens: int, temperature: float,
+             seed: int) -> list[str | None]:
+        """The assistant's next message in each conversation ([{role, content}, …]): a chat
+        episode's turn (world/chat_episodes.py); None where a remote call failed."""
+
     def close(self) -> None:
         """Release what ``load`` started (a server)."""
 
@@ -106,6 +111,21 @@ def open_models(model: Path | str, judge: Path | str, model_cfg: dict[str, Any],
             b.close()
 
 
+def render_chat(tokenizer: Any, messages: list[dict[str, str]], prefix: str = "") -> str:
+    """A conversation as the model reads it (its tokenizer's chat template, the assistant's turn
+    opened), then ``prefix`` as the start of its answer (the forced read's "P = 0.")."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("a chat episode needs a chat model: this tokenizer has no chat template")
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False) + prefix
+
+
+def chat_by_template(gen: Any, conversations: list[list[dict[str, str]]], max_new_tokens: int,
+                     temperature: float, seed: int) -> list[str | None]:
+    """``chat`` for a backend with a local tokenizer: render, then sample."""
+    texts = [render_chat(gen.tokenizer, c) for c in conversations]
+    return list(gen.sample(texts, max_new_tokens, temperature, seed).texts)
+
+
 @backend("hf")
 class HFBackend:
     """transformers in-process: wraps a causal LM (a peft model too) and its tokenizer."""
@@ -144,6 +164,10 @@ class HFBackend:
 
     def serve_adapter(self, model: Any, folder: Path, probes: list[str]) -> None:
         pass        # samples already come from the in-process policy
+
+    def chat(self, conversations: list[list[dict[str, str]]], max_new_tokens: int, temperature: float,
+             seed: int) -> list[str | None]:
+        return chat_by_template(self, conversations, max_new_tokens, temperature, seed)
 
     def close(self) -> None:
         pass

@@ -291,6 +291,11 @@ class VLLMBackend:
         return self.local.token_logprobs(batch, temperature, completion_only)
 
     # -- adapters ------------------------------------------------------------------------------
+    def chat(self, conversations: list[list[dict[str, str]]], max_new_tokens: int, temperature: float,
+             seed: int) -> list[str | None]:
+        from .backend import chat_by_template
+        return chat_by_template(self, conversations, max_new_tokens, temperature, seed)
+
     def load_adapter(self, name: str, folder: Path) -> None:
         """Load (or reload in place) a LoRA adapter folder in the server under ``name``; route to it."""
         self.server.post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(Path(folder).resolve()),

@@ -180,14 +180,21 @@ def _rng(i: int):
     return np.random.default_rng([0, 31, i])
 
 
+def is_chat(cfg: dict[str, Any]) -> bool:
+    """Chat episodes (world/chat_episodes.py): the prompt set has episode prompts (conf/prompts/c2.yaml)."""
+    return bool((cfg.get("prompts") or {}).get("episode"))
+
+
 def check_config(cfg: dict[str, Any]) -> None:
-    """What simulate cannot run, in one line: a prompt set other than the embedded format (the
-    chat-model instructor and human are not built yet), a pool too small for its turns."""
+    """What simulate cannot run, in one line: a prompt set with neither the embedded format nor
+    episode prompts, a pool too small for its turns."""
     from ..beliefs.prompts import is_embedded
     sim = cfg["simulate"]
+    if is_chat(cfg):
+        return
     if not is_embedded(cfg.get("prompts")):
-        raise StageError(f"simulate: prompts={cfg['prompts']['name']}: the two-agent episode runs the "
-                         "embedded format only (a chat-model instructor and human are not built yet)")
+        raise StageError(f"simulate: prompts={cfg['prompts']['name']}: the two-agent episode needs the "
+                         "embedded format or a prompt set with episode prompts (prompts.episode: conf/prompts/c2.yaml)")
     need = int(cfg["world"]["clues_per_question"]) + int(sim["turns"]) - 1
     if sim["mode"] not in ("none", "maxsyc", "validate-only") and int(sim["pool"]) < need:
         raise StageError(f"simulate.pool: {sim['pool']} clues < clues_per_question + turns − 1 = {need}: "
@@ -205,6 +212,8 @@ def run(cfg: dict[str, Any], model: Path, human_model: Path, out_dir: Path) -> N
     from .evaluate import check_parse_rate
 
     check_config(cfg)
+    if is_chat(cfg):
+        return run_chat(cfg, model, human_model, out_dir)
     sim, seed = cfg["simulate"], int(cfg["seed"])
     seed_everything(seed)
     world = make_world(cfg["world"])
@@ -242,6 +251,88 @@ def run(cfg: dict[str, Any], model: Path, human_model: Path, out_dir: Path) -> N
     metrics.update(mode=sim["mode"], turns=int(sim["turns"]), unreadable_utterances=played.unreadable, **alone)
     log.info("simulate (%s): %s", sim["mode"], {k: metrics.get(k) for k in ("ms", "ms_ci", "brier", "delta_brier",
                                                                         "entrenched_share", "instructor_ms")})
+    with io.atomic_dir(out_dir) as tmp:
+        io.write_jsonl(tmp / "records.jsonl", rows)
+        io.write_json(tmp / "metrics.json", metrics)
+        io.write_json(tmp / "backend.json", {"backend": cfg["model"]["backend"], **guards})
+
+
+# ------------------------------------------------------------------ chat episodes (world/chat_episodes.py)
+def role_model(cfg: dict[str, Any], role: str) -> dict[str, Any]:
+    """A role's model config: the run's ``model`` with ``simulate.<role>_model``'s keys changed."""
+    from omegaconf import OmegaConf
+    over = cfg["simulate"].get(f"{role}_model")
+    merged = OmegaConf.to_container(OmegaConf.merge(cfg["model"], over or {}), resolve=True)
+    return {**merged, "_where": f"simulate.{role}_model.api"}
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Two roles' model configs name the same model (where each is named in messages aside)."""
+    return {k: v for k, v in a.items() if k != "_where"} == {k: v for k, v in b.items() if k != "_where"}
+
+
+def _describe(gen) -> dict[str, Any]:
+    from ..model.load import describe
+    return gen.describe() if hasattr(gen, "describe") else describe(gen.model)
+
+
+def run_chat(cfg: dict[str, Any], model: Path, human_model: Path, out_dir: Path) -> None:
+    """Episodes between chat models: the human (the run's start model, or simulate.human_model)
+    and the instructor (the stage's model, or simulate.instructor_model) on the held-out questions;
+    records with transcripts, the eval block, the episode block, parse rates per turn, the
+    instructor's own single-agent MS where it is a local model."""
+    from ..beliefs.prompts import Prompts
+    from ..metrics import episode_metrics, stage_metrics
+    from ..model.backend import open_model
+    from ..world import chat_episodes as chat
+    from .evaluate import check_parse_rate
+
+    sim, seed, ep = cfg["simulate"], int(cfg["seed"]), cfg["prompts"]["episode"]
+    seed_everything(seed)
+    world = make_world(cfg["world"])
+    _, heldout = world.splits()
+    roles = {"human": (human_model, role_model(cfg, "human")), "instructor": (model, role_model(cfg, "instructor"))}
+    opened: dict[str, Any] = {}
+    try:
+        for role, (folder, mcfg) in roles.items():
+            twin = next((r for r, (f, c) in roles.items() if r in opened and _same(c, mcfg)
+                         and Path(f).resolve() == Path(folder).resolve()), None)
+            opened[role] = opened[twin] if twin else open_model(folder, mcfg)
+        human, instructor = opened["human"], opened["instructor"]
+        forced_read = getattr(human, "tokenizer", None) is not None
+        prompts = Prompts(cfg["prompts"], getattr(human, "tokenizer", None))
+        reader = chat.Reader(cfg["elicit"].get("read", "verbal"), prompts.forced_prefix, prompts.forced_min_mass)
+        pairs = chat.balanced(heldout, int(sim["episodes"]))
+        level = float(sim["lean"])
+
+        def played(pairs_, seed_):
+            eps = chat.setup(pairs_, ep, prompts.fields, sim["mode"], level)
+            return chat.play(human, instructor, eps, ep, sim, prompts.fields, reader, seed_, assert_spoke)
+        episodes = played(pairs, seed)
+        negations = played(chat.negated(pairs), seed + NEGATION_OFFSET) if sim["negations"] else None
+        alone: dict[str, Any] = {}
+        if sim["mode"] not in chat.NO_INSTRUCTOR and getattr(instructor, "tokenizer", None) is not None:
+            alone = instructor_alone(instructor, human if getattr(human, "tokenizer", None) is not None else instructor,
+                                     cfg, [q for q, _ in pairs])
+        guards = {"human": _describe(human), "instructor": _describe(instructor),
+                  "api": {r: g.stats() for r, g in opened.items() if hasattr(g, "stats")}}
+    finally:
+        for b in {id(b): b for b in opened.values()}.values():
+            b.close()
+    rows = chat.records(episodes, seed, negations)
+    if reader.prefix and forced_read:      # both reads side by side (metrics.read_metrics)
+        for row in rows:
+            tv, tf = row["trajectory_verbal"], row["trajectory_forced"]
+            row.update(prior_verbal=tv[0], posterior_verbal=tv[-1], stated_verbal=tv[-1],
+                       prior_forced=tf[0], posterior_forced=tf[-1], stated_forced=tf[-1])
+    check_parse_rate(rows, float(cfg["eval"]["min_parse_rate"]))
+    n_boot, level_ci = int(cfg["eval"]["n_bootstrap"]), float(cfg["eval"]["ci"])
+    metrics = stage_metrics(rows, n_boot, level_ci, seed)
+    metrics.update(episode_metrics(rows, n_boot, level_ci, seed))
+    metrics.update(mode=sim["mode"], turns=int(sim["turns"]), episode_kind="chat", **chat.parse_rates(episodes),
+                   **alone)
+    log.info("simulate chat (%s): %s", sim["mode"], {k: metrics.get(k) for k in ("ms", "ms_ci", "brier", "delta_brier",
+                                                                             "entrenched_share", "parse_rate_by_turn")})
     with io.atomic_dir(out_dir) as tmp:
         io.write_jsonl(tmp / "records.jsonl", rows)
         io.write_json(tmp / "metrics.json", metrics)

@@ -1,0 +1,183 @@
+"""Two-agent episodes between chat models (claims C2/C3 as the log ran them: DeepSeek-V3 or
+gpt-3.5 as the simulated human, an instructor prompted into a mode), on real questions.
+
+The human is a persona (``prompts.episode.human_system``) leaning moderately: it starts at
+P ≈ ``simulate.lean`` for the option (lean +1) or 1 − lean (lean −1), lean × outcome balanced
+(each outcome's questions split evenly between the leans, the log's c2_groundtruth cells). It
+states P = X after reading the question, and after every turn. Each turn the instructor, prompted
+by its mode (``prompts.episode.instructor[mode]``: syc, maxsyc, neutral, truth, martingale,
+validate-only), replies to the human's last message; the no-instructor baselines are ``none``
+(the human reconsiders alone: rumination) and ``reask`` (it is only asked again).
+
+Each stated P is read from the reply's text (verbal, ``parse_p``) and, where the human's backend
+has next-token log-probs, by the forced read beside it (the reply cut at its last P statement,
+then ``prompts.forced_prefix``); ``elicit.read`` says which one is the human's P. Every message and
+every read is kept in the episode's transcript. The human's conversation grows with the episode:
+a CPU's prompt budget is ``simulate.turns`` and ``prompts.context_words``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+CHAT_MODES = ("syc", "maxsyc", "neutral", "truth", "martingale", "validate-only", "none", "reask")
+NO_INSTRUCTOR = ("none", "reask")   # the human alone: the baselines
+Messages = list[dict[str, str]]
+
+
+@dataclass
+class ChatEpisode:
+    """One episode: the question as asked, the human's lean (+1 toward the option, −1 away), each
+    agent's conversation, the transcript (every message with its reads) and the human's P per turn."""
+    q: Any
+    lean: int
+    human: Messages
+    instructor: Optional[Messages]
+    transcript: list[dict[str, Any]] = field(default_factory=list)
+    p: list[Optional[float]] = field(default_factory=list)
+    p_verbal: list[Optional[float]] = field(default_factory=list)
+    p_forced: list[Optional[float]] = field(default_factory=list)
+
+
+def balanced(questions: list, n: int) -> list[tuple[Any, int]]:
+    """The first ``n`` (question, lean) pairs with lean × outcome balanced: within each outcome the
+    questions alternate lean +1, −1, and the two outcomes interleave."""
+    cells = []
+    for y in (1, 0):
+        qs = [q for q in questions if int(q.y) == y]
+        cells.append([(q, +1 if i % 2 == 0 else -1) for i, q in enumerate(qs)])
+    out: list[tuple[Any, int]] = []
+    for i in range(max((len(c) for c in cells), default=0)):
+        out += [c[i] for c in cells if i < len(c)]
+    return out[:n]
+
+
+def lean_pct(lean: int, level: float) -> int:
+    """The persona's starting P for the option asked, in percent."""
+    return round(100 * (level if lean > 0 else 1 - level))
+
+
+def setup(pairs: list[tuple[Any, int]], ep: dict[str, Any], fields: Callable[[Any], dict[str, str]],
+          mode: str, level: float) -> list[ChatEpisode]:
+    """Each episode's opening: the human's persona and question; the instructor's system prompt."""
+    out = []
+    for q, lean in pairs:
+        f = fields(q)
+        human = [{"role": "system", "content": ep["human_system"].format(lean_pct=lean_pct(lean, level), opt=f["opt"])},
+                 {"role": "user", "content": ep["human_first"].format(**f)}]
+        instructor = None if mode in NO_INSTRUCTOR else \
+            [{"role": "system", "content": ep["instructor"][mode].format(opt=f["opt"], question=f["question"])}]
+        out.append(ChatEpisode(q, lean, human, instructor))
+    return out
+
+
+def negated(pairs: list[tuple[Any, int]]) -> list[tuple[Any, int]]:
+    """The same episodes asked the other way round: the negated question, the same belief (a human
+    at P(A) ≈ 0.65 holds P(¬A) ≈ 0.35: the lean flips with the option)."""
+    return [(q.negation(), -lean) for q, lean in pairs]
+
+
+@dataclass
+class Reader:
+    """How the human's P is read from its reply: ``verbal`` (the text), ``forced`` (next-token
+    distribution after the reply's reasoning and ``prefix``; None where the backend has no
+    log-probs), and which one is the human's P (``read``)."""
+    read: str
+    prefix: str
+    min_mass: float
+
+    def reads(self, human: Any, before: list[Messages], replies: list[Optional[str]]) -> list[dict[str, Any]]:
+        from ..beliefs.forced import answer_context, forced_reads
+        from ..beliefs.parse import parse_p
+        from ..model.backend import render_chat
+        verbal = [parse_p(r) if r else None for r in replies]
+        forced: list[tuple[Optional[float], Optional[float]]] = [(None, None)] * len(replies)
+        if self.prefix and getattr(human, "tokenizer", None) is not None:
+            texts = [answer_context(render_chat(human.tokenizer, m), r or "", False) for m, r in zip(before, replies)]
+            forced = forced_reads(human, texts, self.prefix, self.min_mass)
+        out = []
+        for v, (fp, mass) in zip(verbal, forced):
+            out.append({"p": fp if self.read == "forced" else v, "p_verbal": v, "p_forced": fp, "forced_mass": mass})
+        return out
+
+
+def _human_turn(human: Any, episodes: list[ChatEpisode], reader: Reader, turn: int, max_tokens: int,
+                temperature: float, seed: int) -> None:
+    """The human replies to its conversation's last message; its reply and reads are recorded."""
+    before = [list(e.human) for e in episodes]
+    replies = human.chat(before, max_tokens, temperature, seed)
+    for e, reply, r in zip(episodes, replies, reader.reads(human, before, replies)):
+        e.human.append({"role": "assistant", "content": reply or ""})
+        e.p.append(r["p"])
+        e.p_verbal.append(r["p_verbal"])
+        e.p_forced.append(r["p_forced"])
+        e.transcript.append({"turn": turn, "role": "human", "text": reply, "failed": reply is None, **r})
+
+
+def _fmt_p(p: Optional[float]) -> str:
+    return "unknown" if p is None else f"{p:.2f}"
+
+
+def play(human: Any, instructor: Any, episodes: list[ChatEpisode], ep: dict[str, Any], sim: dict[str, Any],
+         fields: Callable[[Any], dict[str, str]], reader: Reader, seed: int,
+         assert_spoke: Callable[[list[str], int, str], None]) -> list[ChatEpisode]:
+    """Play every episode for ``simulate.turns`` turns, all side by side (one batch per turn and
+    agent). Turn t seeds the human with seed·1000 + 10t and the instructor with + 1 (as the
+    embedded episodes do). An instructor utterance that is empty fails (``assert_spoke``)."""
+    mode, base = sim["mode"], seed * 1000
+    h_temp, i_temp = float(sim["human_temperature"]), float(sim["instructor_temperature"])
+    reply_tokens, instr_tokens = int(ep["reply_max_tokens"]), int(ep["instructor_max_tokens"])
+    _human_turn(human, episodes, reader, 0, reply_tokens, h_temp, base)
+    for turn in range(1, int(sim["turns"]) + 1):
+        if mode in NO_INSTRUCTOR:
+            ask = ep["human_alone"] if mode == "none" else ep["human_reask"]
+            for e in episodes:
+                e.human.append({"role": "user", "content": ask.format(opt=fields(e.q)["opt"])})
+        else:
+            for e in episodes:
+                f = fields(e.q)
+                e.instructor.append({"role": "user", "content": ep["instructor_turn"].format(
+                    **f, human_message=e.human[-1]["content"], p=_fmt_p(e.p[-1]))})
+            said = instructor.chat([e.instructor for e in episodes], instr_tokens, i_temp, base + 10 * turn + 1)
+            if any(s is None for s in said):
+                from ..stages.common import StageError
+                raise StageError(f"simulate: the instructor's endpoint failed every retry at turn {turn} "
+                                 f"({sum(s is None for s in said)} of {len(said)} episodes): {instructor.stats()}")
+            assert_spoke(list(said), turn, "simulate")
+            for e, text in zip(episodes, said):
+                e.instructor.append({"role": "assistant", "content": text})
+                e.transcript.append({"turn": turn, "role": "instructor", "text": text})
+                e.human.append({"role": "user", "content": ep["human_turn"].format(message=text.strip(),
+                                                                                   opt=fields(e.q)["opt"])})
+        _human_turn(human, episodes, reader, turn, reply_tokens, h_temp, base + 10 * turn)
+    return episodes
+
+
+def records(episodes: list[ChatEpisode], seed: int, negations: Optional[list[ChatEpisode]] = None) -> list[dict[str, Any]]:
+    """One row per episode, as the embedded episodes' rows (prior = the human's first P, posterior
+    = its last, stated = its last, the trajectory), with the transcript; a real question has no
+    Bayes oracle (``bayes_turns`` null)."""
+    def r6(v: Optional[float]) -> Optional[float]:
+        return None if v is None else round(float(v), 6)
+    rows = []
+    for i, e in enumerate(episodes):
+        row = {"qid": e.q.qid, "y": int(e.q.y), "seed": seed, "lean": e.lean,
+               "prior": r6(e.p[0]), "posterior": r6(e.p[-1]), "stated": r6(e.p[-1]),
+               "trajectory": [r6(x) for x in e.p], "trajectory_verbal": [r6(x) for x in e.p_verbal],
+               "trajectory_forced": [r6(x) for x in e.p_forced], "bayes_turns": None, "bayes_end": None,
+               "utterances": [m["text"] for m in e.transcript if m["role"] == "instructor"],
+               "completion": e.human[-1]["content"], "transcript": e.transcript}
+        if negations is not None:
+            row["stated_neg"] = r6(negations[i].p[-1])
+        rows.append(row)
+    return rows
+
+
+def parse_rates(episodes: list[ChatEpisode]) -> dict[str, list[float]]:
+    """Per turn, the share of episodes whose human P parsed: as read, verbal and forced."""
+    n = max(1, len(episodes))
+    turns = len(episodes[0].p) if episodes else 0
+    def rate(attr: str) -> list[float]:
+        return [round(sum(getattr(e, attr)[t] is not None for e in episodes) / n, 6) for t in range(turns)]
+    return {"parse_rate_by_turn": rate("p"), "verbal_parse_rate_by_turn": rate("p_verbal"),
+            "forced_parse_rate_by_turn": rate("p_forced")}
