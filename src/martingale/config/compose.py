@@ -31,9 +31,9 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 import yaml
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import open_dict, DictConfig, ListConfig, OmegaConf
 
-from .schema import DOMAINS, Config, choices, domain_key, relation_problem
+from .schema import DOMAINS, ROLE_MODELS, Config, choices, domain_key, relation_problem
 
 SCHEMA_NAME = "martingale_schema"
 
@@ -176,7 +176,9 @@ def check_domains(resolved: dict, flat: dict[str, Any] | None = None) -> None:
             memo = None
         domain = DOMAINS.get(domain_key(key))
         if domain is None:
-            raise ComposeError(key, "no domain for this key in schema.DOMAINS")
+            role = next((r for r in ROLE_MODELS if key.startswith(r + ".")), None)
+            raise ComposeError(key, f"not a model key ({role} changes model.* keys)" if role
+                               else "no domain for this key in schema.DOMAINS")
         problem = domain.problem(value)
         if problem:
             raise ComposeError(key, problem)
@@ -342,6 +344,12 @@ class Composer:
         for text in overrides:
             ov = self.parse(text)
             try:
+                if isinstance(ov.value(), dict) and OmegaConf.select(cfg, ov.key_or_group) is None:
+                    # a mapping onto an optional mapping that is null (simulate.human_model): Hydra
+                    # would merge into the null node; the mapping is the value
+                    with open_dict(cfg):
+                        OmegaConf.update(cfg, ov.key_or_group, ov.value(), merge=False)
+                    continue
                 ConfigLoaderImpl._apply_overrides_to_config([ov], cfg)
             except Exception as e:
                 raise ComposeError(ov.key_or_group, one_line(e)) from None

@@ -1,0 +1,202 @@
+"""Two-agent episodes between chat models (world/chat_episodes.py, the simulate stage's chat path):
+lean × outcome balanced episodes, negations asking the other way round, what check refuses, a
+real chat model (SmolLM2) in both roles with its transcript and per-turn reads, the silent-
+instructor guard on chat, and an api human behind a real vLLM server started with --api-key."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from martingale.config.compose import ComposeError, Composer
+from martingale.world import chat_episodes as chat
+from martingale.world.synthetic import Question
+
+from projcopy import FIXTURE, REPO
+
+SMOLLM2 = REPO / "models" / "SmolLM2-135M-Instruct"
+CANARY = "canary-API-KEY-0123456789abcdef"
+
+
+def _q(i: int, y: int) -> Question:
+    return Question(f"q{i}", (), y, text="Some background.", question=f"Will event {i} happen?",
+                    criteria="Official results.", option="")
+
+
+def test_episodes_balance_the_lean_within_each_outcome():
+    qs = [_q(i, y) for i, y in enumerate([1, 0, 0, 1, 0, 0, 1, 0])]
+    pairs = chat.balanced(qs, 8)
+    for y in (0, 1):
+        leans = [lean for q, lean in pairs if q.y == y]
+        assert leans == [(+1 if i % 2 == 0 else -1) for i in range(len(leans))]
+    assert [q.y for q, _ in pairs[:4]] == [1, 0, 1, 0]          # the outcomes interleave
+    assert len(chat.balanced(qs, 3)) == 3
+
+
+def test_a_negated_episode_asks_the_other_way_round_holding_the_same_belief():
+    (q, lean), = chat.negated([(_q(0, 1), +1)])
+    assert q.negated and q.y == 0 and lean == -1
+    assert chat.lean_pct(+1, 0.65) == 65 and chat.lean_pct(-1, 0.65) == 35
+
+
+def test_the_persona_states_its_lean_and_the_instructor_gets_its_modes_prompt():
+    from omegaconf import OmegaConf
+    ep = OmegaConf.to_container(OmegaConf.load(REPO / "conf/prompts/c2.yaml"))["episode"]
+    fields = lambda q: {"question": q.question, "background": q.text, "resolution_criteria": q.criteria, "opt": "Yes"}
+    (e,) = chat.setup([(_q(0, 1), -1)], ep, fields, "truth", 0.65)
+    assert "about 35%" in e.human[0]["content"] and "Will event 0 happen?" in e.human[1]["content"]
+    assert e.instructor[0]["content"].startswith("You are talking with a person about the question \"Will event 0")
+    assert "challenge the position they have stated" in e.instructor[0]["content"]
+    (alone,) = chat.setup([(_q(0, 1), 1)], ep, fields, "none", 0.65)
+    assert alone.instructor is None
+
+
+# ------------------------------------------------------------------ check
+QUESTIONS = REPO / "data/questions/forecastbench-2024-07-21-sample.jsonl"   # the fixture conf has no data/
+C2 = ["setup=smollm2_c2", f"world.questions_file={QUESTIONS}"]
+
+
+@pytest.mark.parametrize("overrides, key, why", [
+    (["model.backend=api"], "model.backend", "plays a two-agent episode's role only"),
+    (C2 + ["simulate.human_model={colour: red}"], "simulate.human_model.colour", "not a model key"),
+    (C2 + ["simulate.human_model={backend: api, api: {model: m, base_url: 'http://127.0.0.1:9/v1'}}"],
+     "elicit.read", "forced with an api human"),
+    (C2 + ["simulate.human_model={backend: api, api: {model: m, api_key_env: DEEPSEEK}}"],
+     "simulate.human_model.api.api_key_env", "redacts"),
+    (C2 + ["simulate.instructor_model={backend: carrier-pigeon}"], "simulate.instructor_model.backend", "not one of"),
+    (C2 + ["stages.s1.kind=instructor", "stages.s1.reward=episode_ms"], "prompts.episode", "C3 on chat models"),
+    (["eval.kind=simulate", "simulate.mode=reask"], "simulate.mode", "chat episode's mode"),
+    (["simulate.human_model={backend: hf}"], "simulate.human_model", "chat episodes only"),
+])
+def test_check_refuses_what_chat_episodes_cannot_run_naming_the_key(overrides, key, why):
+    with pytest.raises(ComposeError) as info:
+        Composer(FIXTURE / "conf").compose(overrides)
+    assert info.value.key == key and why in str(info.value), (info.value.key, str(info.value))
+
+
+def test_chat_episode_configs_compose_and_leave_every_embedded_stage_id_alone():
+    cfg = Composer(FIXTURE / "conf").compose(C2 + ["simulate.mode=truth", "elicit.read=verbal",
+                                                   "simulate.human_model={backend: api, api: {model: deepseek-chat}}"])
+    assert cfg["prompts"]["episode"]["instructor"]["truth"] and cfg["simulate"]["human_model"]["backend"] == "api"
+    from martingale.plan import stage_slice
+    from martingale.stages import kinds
+    base = Composer(FIXTURE / "conf").compose([])
+    for kind in ("evaluate", "simulate"):
+        sl = stage_slice(kinds()[kind], base, seed=42)
+        assert "api" not in sl["model"] and "prompts" not in sl and "human_model" not in sl.get("simulate", {})
+
+
+# ------------------------------------------------------------------ a real chat model in both roles
+def _stage_cfg(*overrides: str) -> dict:
+    from martingale.plan import stage_slice
+    from martingale.stages import kinds
+    cfg = Composer(FIXTURE / "conf").compose([*C2, "model.backend=hf", "simulate.episodes=2", "simulate.turns=1",
+                                              "eval.n_bootstrap=20", "eval.min_parse_rate=0",
+                                              "prompts.episode.reply_max_tokens=24",
+                                              "prompts.episode.instructor_max_tokens=16",
+                                              "prompts.max_new_tokens=24", "prompts.snap_max_tokens=16", *overrides])
+    sl = stage_slice(kinds()["simulate"], cfg, seed=42)
+    sl["model"] = {**sl["model"], "device": "cpu"}
+    return sl
+
+
+needs_smollm2 = [pytest.mark.slow, pytest.mark.real("smollm2")]
+
+
+@pytest.mark.slow
+@pytest.mark.real("smollm2")
+def test_smollm2_plays_both_roles_and_every_message_and_read_is_in_the_transcript(tmp_path, one_thread):
+    from martingale.stages import simulate
+    out = tmp_path / "out"
+    simulate.run(_stage_cfg(), model=SMOLLM2, human_model=SMOLLM2, out_dir=out)
+    rows = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert len(rows) == 2 and {r["lean"] for r in rows} == {1, -1}
+    for r in rows:
+        assert [(m["turn"], m["role"]) for m in r["transcript"]] == [(0, "human"), (1, "instructor"), (1, "human")]
+        humans = [m for m in r["transcript"] if m["role"] == "human"]
+        assert [m["p"] for m in humans] == r["trajectory"] == r["trajectory_forced"]   # elicit.read=forced
+        assert [m["p_verbal"] for m in humans] == r["trajectory_verbal"]
+        assert all(isinstance(m["text"], str) and 0 <= (m["forced_mass"] or 0) <= 1 for m in humans)
+        assert r["prior"] == r["trajectory"][0] and r["stated"] == r["trajectory"][-1] and r["bayes_turns"] is None
+    assert metrics["episode_kind"] == "chat" and len(metrics["parse_rate_by_turn"]) == 2
+    assert len(metrics["verbal_parse_rate_by_turn"]) == len(metrics["forced_parse_rate_by_turn"]) == 2
+    assert "forced_ms" in metrics and "verbal_parse_rate" in metrics and "instructor_ms" in metrics
+    assert "real questions have no Bayes oracle" in metrics["undefined_episode"]["ms_bayes"]
+    backend = json.loads((out / "backend.json").read_text())
+    assert backend["human"] == backend["instructor"] == {"device": "cpu", "dtype": "float32"}
+
+
+@pytest.mark.slow
+@pytest.mark.real("smollm2")
+def test_a_silent_chat_instructor_fails_the_stage_and_writes_nothing(tmp_path, one_thread):
+    """An instructor whose generation config lets it say nothing but end-of-text (SmolLM2's
+    weights, linked; its generation_config.json suppressing every other token)."""
+    from transformers import AutoTokenizer
+
+    from martingale.stages import simulate
+    from martingale.stages.common import StageError
+    mute = tmp_path / "mute"
+    mute.mkdir()
+    for f in SMOLLM2.iterdir():
+        if f.name != "generation_config.json":
+            (mute / f.name).symlink_to(f)
+    gen = json.loads((SMOLLM2 / "generation_config.json").read_text())
+    tok = AutoTokenizer.from_pretrained(SMOLLM2)
+    gen["suppress_tokens"] = [i for i in range(len(tok)) if i != tok.eos_token_id]
+    (mute / "generation_config.json").write_text(json.dumps(gen))
+    out = tmp_path / "out"
+    with pytest.raises(StageError, match=r"^simulate: the instructor said nothing \(empty utterance\) in 2 of 2 "
+                                         r"episodes at turn 1 \(assert_spoke"):
+        simulate.run(_stage_cfg(), model=mute, human_model=SMOLLM2, out_dir=out)
+    assert not out.exists()
+
+
+# ------------------------------------------------------------------ an api human behind a real vLLM server
+@pytest.mark.slow
+@pytest.mark.real("smollm2", "vllm")
+def test_an_api_human_behind_a_keyed_vllm_server_is_cached_and_its_key_written_nowhere(tmp_path, monkeypatch,
+                                                                                      one_thread):
+    """The human is SmolLM2 behind vLLM's OpenAI-compatible server started with --api-key (as a
+    DeepSeek endpoint would be); the instructor SmolLM2 in-process. A second build makes no call;
+    the key is in no file the tool writes; a wrong key fails the stage at once (HTTP 401)."""
+    from omegaconf import OmegaConf
+
+    from martingale.config.schema import ModelConfig
+    from martingale.model.vllm import Server
+    from martingale.stages import simulate
+    from martingale.stages.common import StageError
+    server_side, project = tmp_path / "endpoint", tmp_path / "project"
+    server_side.mkdir()
+    project.mkdir()
+    mcfg = OmegaConf.to_container(OmegaConf.merge(OmegaConf.structured(ModelConfig),
+                                                  OmegaConf.load(REPO / "conf/model/smollm2_135m.yaml")), resolve=True)
+    mcfg["vllm"]["python"] = str(REPO / ".venv-vllm/bin/python")
+    mcfg["vllm"]["extra_args"] = [*mcfg["vllm"]["extra_args"], "--api-key", CANARY]
+    monkeypatch.chdir(server_side)                      # the endpoint's own log is not the tool's
+    server = Server.start(SMOLLM2, mcfg)
+    try:
+        monkeypatch.chdir(project)
+        monkeypatch.setenv("MARTINGALE_API_KEY", CANARY)
+        human = ("simulate.human_model={backend: api, api: {model: smollm2_135m, base_url: '"
+                 + server.url + "/v1', retries: 1, backoff_s: 0.1}}")
+        cfg = _stage_cfg("elicit.read=verbal", human)
+        simulate.run(cfg, model=SMOLLM2, human_model=SMOLLM2, out_dir=project / "first")
+        simulate.run(cfg, model=SMOLLM2, human_model=SMOLLM2, out_dir=project / "second")
+        first = json.loads((project / "first/backend.json").read_text())["api"]["human"]
+        second = json.loads((project / "second/backend.json").read_text())["api"]["human"]
+        assert first["answered"] == 4 and first["failures"] == 0      # 2 episodes × (turn 0, turn 1)
+        assert second["calls"] == 0 and second["cache_hits"] == 4
+        assert (project / "first/records.jsonl").read_bytes() == (project / "second/records.jsonl").read_bytes()
+        written = [p for p in project.rglob("*") if p.is_file()]
+        assert any("_api_cache" in str(p) for p in written)
+        assert all(CANARY.encode() not in p.read_bytes() for p in written)
+        monkeypatch.setenv("MARTINGALE_API_KEY", "not-the-key")
+        fresh = _stage_cfg("elicit.read=verbal", human, "simulate.human_temperature=0.9")   # not in the cache
+        with pytest.raises(StageError, match=r"^simulate\.human_model\.api at .*: HTTP 401 \(the key was refused"):
+            simulate.run(fresh, model=SMOLLM2, human_model=SMOLLM2, out_dir=project / "third")
+        assert not (project / "third").exists()
+    finally:
+        server.stop()
