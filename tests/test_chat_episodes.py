@@ -92,7 +92,7 @@ def test_chat_episode_configs_compose_and_leave_every_embedded_stage_id_alone():
 def _stage_cfg(*overrides: str) -> dict:
     from martingale.plan import stage_slice
     from martingale.stages import kinds
-    cfg = Composer(FIXTURE / "conf").compose([*C2, "model.backend=hf", "simulate.episodes=2", "simulate.turns=1",
+    cfg = Composer(FIXTURE / "conf").compose([*C2, "model.backend=hf", "simulate.episodes=3", "simulate.turns=1",
                                               "eval.n_bootstrap=20", "eval.min_parse_rate=0",
                                               "prompts.episode.reply_max_tokens=24",
                                               "prompts.episode.instructor_max_tokens=16",
@@ -113,7 +113,7 @@ def test_smollm2_plays_both_roles_and_every_message_and_read_is_in_the_transcrip
     simulate.run(_stage_cfg(), model=SMOLLM2, human_model=SMOLLM2, out_dir=out)
     rows = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
     metrics = json.loads((out / "metrics.json").read_text())
-    assert len(rows) == 2 and {r["lean"] for r in rows} == {1, -1}
+    assert len(rows) == 3 and {r["lean"] for r in rows} == {1, -1}
     for r in rows:
         assert [(m["turn"], m["role"]) for m in r["transcript"]] == [(0, "human"), (1, "instructor"), (1, "human")]
         humans = [m for m in r["transcript"] if m["role"] == "human"]
@@ -148,7 +148,7 @@ def test_a_silent_chat_instructor_fails_the_stage_and_writes_nothing(tmp_path, o
     gen["suppress_tokens"] = [i for i in range(len(tok)) if i != tok.eos_token_id]
     (mute / "generation_config.json").write_text(json.dumps(gen))
     out = tmp_path / "out"
-    with pytest.raises(StageError, match=r"^simulate: the instructor said nothing \(empty utterance\) in 2 of 2 "
+    with pytest.raises(StageError, match=r"^simulate: the instructor said nothing \(empty utterance\) in 3 of 3 "
                                          r"episodes at turn 1 \(assert_spoke"):
         simulate.run(_stage_cfg(), model=mute, human_model=SMOLLM2, out_dir=out)
     assert not out.exists()
@@ -187,8 +187,8 @@ def test_an_api_human_behind_a_keyed_vllm_server_is_cached_and_its_key_written_n
         simulate.run(cfg, model=SMOLLM2, human_model=SMOLLM2, out_dir=project / "second")
         first = json.loads((project / "first/backend.json").read_text())["api"]["human"]
         second = json.loads((project / "second/backend.json").read_text())["api"]["human"]
-        assert first["answered"] == 4 and first["failures"] == 0      # 2 episodes × (turn 0, turn 1)
-        assert second["calls"] == 0 and second["cache_hits"] == 4
+        assert first["answered"] == 6 and first["failures"] == 0      # 3 episodes × (turn 0, turn 1)
+        assert second["calls"] == 0 and second["cache_hits"] == 6
         assert (project / "first/records.jsonl").read_bytes() == (project / "second/records.jsonl").read_bytes()
         written = [p for p in project.rglob("*") if p.is_file()]
         assert any("_api_cache" in str(p) for p in written)

@@ -260,9 +260,14 @@ def run(cfg: dict[str, Any], model: Path, human_model: Path, out_dir: Path) -> N
 # ------------------------------------------------------------------ chat episodes (world/chat_episodes.py)
 def role_model(cfg: dict[str, Any], role: str) -> dict[str, Any]:
     """A role's model config: the run's ``model`` with ``simulate.<role>_model``'s keys changed."""
+    from dataclasses import asdict
+
     from omegaconf import OmegaConf
+
+    from ..config.schema import ApiModelConfig
     over = cfg["simulate"].get(f"{role}_model")
-    merged = OmegaConf.to_container(OmegaConf.merge(cfg["model"], over or {}), resolve=True)
+    base = {"api": asdict(ApiModelConfig()), **cfg["model"]}   # a stage's slice holds model.api only where used
+    merged = OmegaConf.to_container(OmegaConf.merge(base, over or {}), resolve=True)
     return {**merged, "_where": f"simulate.{role}_model.api"}
 
 
