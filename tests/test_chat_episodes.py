@@ -66,7 +66,8 @@ C2 = ["setup=smollm2_c2", f"world.questions_file={QUESTIONS}"]
     (C2 + ["simulate.human_model={backend: api, api: {model: m, api_key_env: DEEPSEEK}}"],
      "simulate.human_model.api.api_key_env", "redacts"),
     (C2 + ["simulate.instructor_model={backend: carrier-pigeon}"], "simulate.instructor_model.backend", "not one of"),
-    (C2 + ["stages.s1.kind=instructor", "stages.s1.reward=episode_ms"], "prompts.episode", "C3 on chat models"),
+    (C2 + ["stages.s1.kind=instructor", "stages.s1.reward=episode_ms", "simulate.instructor_model={backend: api, "
+           "api: {model: m}}"], "simulate.instructor_model", "trains a local model"),
     (["eval.kind=simulate", "simulate.mode=reask"], "simulate.mode", "chat episode's mode"),
     (["simulate.human_model={backend: hf}"], "simulate.human_model", "chat episodes only"),
 ])
@@ -129,15 +130,10 @@ def test_smollm2_plays_both_roles_and_every_message_and_read_is_in_the_transcrip
     assert backend["human"] == backend["instructor"] == {"device": "cpu", "dtype": "float32"}
 
 
-@pytest.mark.slow
-@pytest.mark.real("smollm2")
-def test_a_silent_chat_instructor_fails_the_stage_and_writes_nothing(tmp_path, one_thread):
-    """An instructor whose generation config lets it say nothing but end-of-text (SmolLM2's
-    weights, linked; its generation_config.json suppressing every other token)."""
+def _mute(tmp_path: Path) -> Path:
+    """SmolLM2's weights (linked) with a generation config that suppresses every token but
+    end-of-text (honoured by HF generate): an instructor that says nothing."""
     from transformers import AutoTokenizer
-
-    from martingale.stages import simulate
-    from martingale.stages.common import StageError
     mute = tmp_path / "mute"
     mute.mkdir()
     for f in SMOLLM2.iterdir():
@@ -147,11 +143,76 @@ def test_a_silent_chat_instructor_fails_the_stage_and_writes_nothing(tmp_path, o
     tok = AutoTokenizer.from_pretrained(SMOLLM2)
     gen["suppress_tokens"] = [i for i in range(len(tok)) if i != tok.eos_token_id]
     (mute / "generation_config.json").write_text(json.dumps(gen))
+    return mute
+
+
+@pytest.mark.slow
+@pytest.mark.real("smollm2")
+def test_a_silent_chat_instructor_fails_the_stage_and_writes_nothing(tmp_path, one_thread):
+    from martingale.stages import simulate
+    from martingale.stages.common import StageError
+    mute = _mute(tmp_path)
     out = tmp_path / "out"
     with pytest.raises(StageError, match=r"^simulate: the instructor said nothing \(empty utterance\) in 3 of 3 "
                                          r"episodes at turn 1 \(assert_spoke"):
         simulate.run(_stage_cfg(), model=mute, human_model=SMOLLM2, out_dir=out)
     assert not out.exists()
+
+
+# ------------------------------------------------------------------ C3 on a chat model: the instructor stage
+def _instructor_cfg(*overrides: str) -> dict:
+    from martingale.plan import stage_slice
+    from martingale.stages import kinds
+    cfg = Composer(FIXTURE / "conf").compose([*C2, "model.backend=hf", "stages.s1.kind=instructor", "stages.s1.reward=B",
+                                              "instructor.iterations=3", "instructor.train_episodes=3",
+                                              "simulate.turns=1", "prompts.context_words=16",
+                                              "prompts.episode.reply_max_tokens=16",
+                                              "prompts.episode.instructor_max_tokens=12", *overrides])
+    sl = stage_slice(kinds()["instructor"], cfg, step="s1", seed=42)
+    sl["model"] = {**sl["model"], "device": "cpu"}
+    return sl
+
+
+@pytest.mark.slow
+@pytest.mark.real("smollm2")
+def test_a_smollm2_instructor_trains_three_iterations_against_a_smollm2_human(tmp_path):
+    from martingale.stages import instructor
+    out = tmp_path / "out"
+    instructor.run(_instructor_cfg(), start_model=SMOLLM2, human_model=SMOLLM2, out_dir=out)
+    history = [json.loads(x) for x in (out / "train.jsonl").read_text().splitlines()]
+    assert [h["iteration"] for h in history] == [0, 1, 2]
+    assert all(h["adapter_gap"] > 1e-5 and h["reward"] is not None and h["silent_episodes"] == 0 for h in history)
+    stage = json.loads((out / "stage.json").read_text())
+    assert stage["kind"] == "instructor" and stage["iterations"] == 3 and (out / "model" / "config.json").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.real("smollm2")
+@pytest.mark.parametrize("fault, match", [
+    ("mute", r"^instructor stage \(B reward\): the instructor said nothing \(empty utterance\) in 1 of 1 episodes "
+             r"at turn 1 \(assert_spoke"),
+    ("no-op", r"^instructor stage \(test-constant reward\): after iteration 0 the adapter leaves every "
+              r"utterance's log-prob as the start model's \(max \|Δ\| 0\.00e\+00"),
+])
+def test_a_chat_instructor_stage_fails_on_a_silent_instructor_or_a_no_op_adapter(tmp_path, fault, match):
+    """Silent: the start model says nothing. No-op: a reward that scores every episode the same
+    gives zero advantages, so the step leaves LoRA's B at zero and the adapter changes nothing the
+    instructor says (what a LoRA that never served looks like from the utterances)."""
+    from martingale import rewards
+    from martingale.stages import instructor
+    from martingale.stages.common import StageError
+
+    @rewards.reward("test-constant", needs=("y",))
+    def constant(y, **_):
+        return y * 0.0
+    try:
+        start = _mute(tmp_path) if fault == "mute" else SMOLLM2
+        cfg = _instructor_cfg(*(["stages.s1.reward=test-constant"] if fault == "no-op" else []))
+        with pytest.raises(StageError, match=match):
+            instructor.run(cfg, start_model=start, human_model=SMOLLM2, out_dir=tmp_path / "out")
+    finally:
+        rewards.REWARDS.pop("test-constant")
+    assert not (tmp_path / "out").exists()
 
 
 # ------------------------------------------------------------------ an api human behind a real vLLM server

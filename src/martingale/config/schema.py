@@ -808,8 +808,8 @@ def plays_episodes(cfg: dict) -> bool:
 
 def _episodes_prompts_problem(cfg: dict, root: Optional[Path]) -> Optional[tuple[str, str]]:
     """Two-agent episodes run in the embedded format, or between chat models with a prompt set's
-    episode prompts (conf/prompts/c2.yaml): each mode needs its instructor prompt; a chat
-    instructor is not trained yet (C3 on chat models); each role's model keys must be model keys;
+    episode prompts (conf/prompts/c2.yaml): each mode needs its instructor prompt; a trained
+    instructor is a local model; each role's model keys must be model keys;
     an api role plays with the verbal read (an endpoint gives no prefilled next-token log-probs),
     and a run's own model is never an api (it is read and trained through token log-probs)."""
     prompts, sim = cfg.get("prompts", {}), cfg.get("simulate", {})
@@ -837,9 +837,10 @@ def _episodes_prompts_problem(cfg: dict, root: Optional[Path]) -> Optional[tuple
     from ..world.episodes import MODES
     mode = sim.get("mode")
     if episode:
-        if trains_instructor(cfg):
-            return ("prompts.episode", f"prompts={name}: an instructor stage trains in the embedded format only "
-                    "(C3 on chat models is not built yet)")
+        over = sim.get("instructor_model") or {}
+        if trains_instructor(cfg) and over.get("backend", cfg["model"].get("backend")) == "api":
+            return ("simulate.instructor_model", "an instructor stage trains a local model (hf or vllm, LoRA): "
+                    "an api instructor returns text, not token log-probs")
         if mode not in CHAT_MODES:
             return ("simulate.mode", f"{mode!r} is not a chat episode's mode ({', '.join(CHAT_MODES)})")
         if mode not in NO_INSTRUCTOR and not (episode.get("instructor") or {}).get(mode):

@@ -15,6 +15,11 @@ is empty fails the stage (simulate.assert_spoke); after every step the adapter
 must move the utterance log-probs (more than ``model.vllm.adapter_floor``), else it was not applied
 and the stage fails; the merged model must differ from the start model.
 
+Between chat models (a prompt set with episode prompts, ``prompts=c2``): the same loop over
+chat episodes (world/chat_episodes.py) on training questions, the policy's utterance tokens those
+its chat template rendered; the human is ``simulate.human_model`` where set (any backend), its P
+the forced read where its backend gives log-probs and the prompt set a prefix, else the verbal one.
+
 Each iteration logs one progress line (iteration k/N, reward, KL, loss, the human's MS, the adapter
 gap, tokens/s of the instructor's utterances — the human's reads are not counted — and an ETA) and,
 in a stage job, its row and timings to the stage's live wandb run (train.report_step).
@@ -30,6 +35,22 @@ from . import stage_kind
 from .common import StageError, make_world, seed_everything
 
 ITERATION_SEED_STRIDE = 7919   # iteration k plays episodes seeded seed·7919 + k
+
+
+def play_chat(human, instructor, questions: list, cfg: dict[str, Any], sim: dict[str, Any], seed: int,
+              where: str):
+    """One iteration's chat episodes (lean × outcome balanced over ``questions``), exploring."""
+    from ..beliefs.prompts import Prompts
+    from ..world import chat_episodes as chat
+    from .simulate import assert_spoke
+    prompts = Prompts(cfg["prompts"], getattr(human, "tokenizer", None))
+    local = getattr(human, "tokenizer", None) is not None
+    reader = chat.Reader("forced" if prompts.forced_prefix and local else "verbal", prompts.forced_prefix,
+                         prompts.forced_min_mass)
+    ep = cfg["prompts"]["episode"]
+    episodes = chat.setup(chat.balanced(questions, len(questions)), ep, prompts.fields, sim["mode"], float(sim["lean"]))
+    return chat.play(human, instructor, episodes, ep, sim, prompts.fields, reader, seed, assert_spoke,
+                     where=where, strict=False)
 
 
 def batch_inputs(played) -> dict[str, Any]:
@@ -82,14 +103,16 @@ def run(cfg: dict[str, Any], start_model: Path, human_model: Path, out_dir: Path
     from ..stats import MetricError
     from ..tracking import live_run
     from ..world import episodes as ep_mod
-    from .simulate import check_config, play
+    from ..world.chat_episodes import NO_INSTRUCTOR
+    from .simulate import check_config, is_chat, play, role_model
     from .train import (Pace, advantages, check_adapter, completion_tokens, lora_policy, report_step,
                         serve_policy, update, weights_digest, write_trained)
 
     stage, sim, train, seed = cfg["stage"], cfg["simulate"], cfg["instructor"], int(cfg["seed"])
     name = f"instructor stage ({stage['reward']} reward)"
-    if sim["mode"] == "none":
-        raise StageError(f"{name}: simulate.mode=none has no instructor to train")
+    if sim["mode"] in NO_INSTRUCTOR:
+        raise StageError(f"{name}: simulate.mode={sim['mode']} has no instructor to train")
+    chat = is_chat(cfg)
     check_config(cfg)
     try:
         score = rewards.bind(stage["reward"], {**stage, **train})
@@ -102,8 +125,9 @@ def run(cfg: dict[str, Any], start_model: Path, human_model: Path, out_dir: Path
     order = np.random.default_rng([seed, 37])
     floor, temperature = float(cfg["model"]["vllm"]["adapter_floor"]), float(train["temperature"])
     explore = {**sim, "instructor_temperature": temperature}   # the policy explores while it trains
-    human = open_model(human_model, cfg["model"])
-    start = open_model(start_model, cfg["model"])   # its own copy: the adapter goes on it, the human stays as it is
+    human = open_model(human_model, role_model(cfg, "human") if chat else cfg["model"])
+    start = open_model(start_model, role_model(cfg, "instructor") if chat else cfg["model"])   # its own copy:
+    # the adapter goes on it, the human stays as it is
     history: list[dict[str, Any]] = []
     try:
         start_digest = weights_digest(start.model)
@@ -112,10 +136,13 @@ def run(cfg: dict[str, Any], start_model: Path, human_model: Path, out_dir: Path
         for it in range(int(train["iterations"])):
             t_it = time.perf_counter()
             qs = [train_q[i] for i in order.permutation(len(train_q))[:n]]
-            episodes = ep_mod.setup(world, qs, sim, seed * ITERATION_SEED_STRIDE + it)
             policy.model.eval()
-            played = play(human, policy.gen, world, episodes, explore, cfg.get("prompts"),
-                          seed * ITERATION_SEED_STRIDE + it, where=name, strict=False)
+            if chat:
+                played = play_chat(human, policy.gen, qs, cfg, explore, seed * ITERATION_SEED_STRIDE + it, name)
+            else:
+                episodes = ep_mod.setup(world, qs, sim, seed * ITERATION_SEED_STRIDE + it)
+                played = play(human, policy.gen, world, episodes, explore, cfg.get("prompts"),
+                              seed * ITERATION_SEED_STRIDE + it, where=name, strict=False)
             batch = batch_inputs(played)
             rew = np.where(played.silent, np.nan, score(**batch))   # silence scores nothing: the worst advantage
             adv = torch.tensor(advantages(rew, np.zeros(len(rew), dtype=int), float(stage["adv_clip"])),

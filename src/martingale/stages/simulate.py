@@ -312,7 +312,7 @@ def run_chat(cfg: dict[str, Any], model: Path, human_model: Path, out_dir: Path)
 
         def played(pairs_, seed_):
             eps = chat.setup(pairs_, ep, prompts.fields, sim["mode"], level)
-            return chat.play(human, instructor, eps, ep, sim, prompts.fields, reader, seed_, assert_spoke)
+            return chat.play(human, instructor, eps, ep, sim, prompts.fields, reader, seed_, assert_spoke).episodes
         episodes = played(pairs, seed)
         negations = played(chat.negated(pairs), seed + NEGATION_OFFSET) if sim["negations"] else None
         alone: dict[str, Any] = {}

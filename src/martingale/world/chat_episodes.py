@@ -78,6 +78,22 @@ def negated(pairs: list[tuple[Any, int]]) -> list[tuple[Any, int]]:
 
 
 @dataclass
+class Played:
+    """What a batch of chat episodes produced, shaped as the embedded episodes' (stages/instructor.py
+    trains on either): per episode the human's P per turn; per turn the instructor's sampled batch
+    (its utterance tokens, for the policy gradient; None from an api instructor or without one);
+    which episodes had a silent turn (``strict=False``)."""
+    episodes: list[ChatEpisode]
+    turns: list[Any] = field(default_factory=list)
+    silent: list[bool] = field(default_factory=list)
+    unreadable: int = 0            # a chat utterance is read as text: never unreadable
+
+    @property
+    def human_p(self) -> list[list[Optional[float]]]:
+        return [e.p for e in self.episodes]
+
+
+@dataclass
 class Reader:
     """How the human's P is read from its reply: ``verbal`` (the text), ``forced`` (next-token
     distribution after the reply's reasoning and ``prefix``; None where the backend has no
@@ -118,17 +134,33 @@ def _fmt_p(p: Optional[float]) -> str:
     return "unknown" if p is None else f"{p:.2f}"
 
 
+def _instructor_says(instructor: Any, conversations: list[Messages], max_tokens: int, temperature: float,
+                     seed: int) -> tuple[list[Optional[str]], Any]:
+    """The instructor's utterances and, from a local model, the sampled batch they came from."""
+    tokenizer = getattr(instructor, "tokenizer", None)
+    if tokenizer is None:
+        return instructor.chat(conversations, max_tokens, temperature, seed), None
+    from ..model.backend import render_chat
+    batch = instructor.sample([render_chat(tokenizer, c) for c in conversations], max_tokens, temperature, seed)
+    return list(batch.texts), batch
+
+
 def play(human: Any, instructor: Any, episodes: list[ChatEpisode], ep: dict[str, Any], sim: dict[str, Any],
          fields: Callable[[Any], dict[str, str]], reader: Reader, seed: int,
-         assert_spoke: Callable[[list[str], int, str], None]) -> list[ChatEpisode]:
+         assert_spoke: Callable[[list[str], int, str], None], where: str = "simulate",
+         strict: bool = True) -> Played:
     """Play every episode for ``simulate.turns`` turns, all side by side (one batch per turn and
     agent). Turn t seeds the human with seed·1000 + 10t and the instructor with + 1 (as the
-    embedded episodes do). An instructor utterance that is empty fails (``assert_spoke``)."""
+    embedded episodes do). ``strict``: an instructor utterance that is empty fails
+    (``assert_spoke``); else (a policy exploring while it trains) the episode is marked silent and
+    its human reconsiders alone that turn, and only a turn where every utterance is empty fails."""
     mode, base = sim["mode"], seed * 1000
     h_temp, i_temp = float(sim["human_temperature"]), float(sim["instructor_temperature"])
     reply_tokens, instr_tokens = int(ep["reply_max_tokens"]), int(ep["instructor_max_tokens"])
+    out = Played(episodes, silent=[False] * len(episodes))
     _human_turn(human, episodes, reader, 0, reply_tokens, h_temp, base)
     for turn in range(1, int(sim["turns"]) + 1):
+        batch = None
         if mode in NO_INSTRUCTOR:
             ask = ep["human_alone"] if mode == "none" else ep["human_reask"]
             for e in episodes:
@@ -138,19 +170,25 @@ def play(human: Any, instructor: Any, episodes: list[ChatEpisode], ep: dict[str,
                 f = fields(e.q)
                 e.instructor.append({"role": "user", "content": ep["instructor_turn"].format(
                     **f, human_message=e.human[-1]["content"], p=_fmt_p(e.p[-1]))})
-            said = instructor.chat([e.instructor for e in episodes], instr_tokens, i_temp, base + 10 * turn + 1)
+            said, batch = _instructor_says(instructor, [e.instructor for e in episodes], instr_tokens, i_temp,
+                                           base + 10 * turn + 1)
             if any(s is None for s in said):
                 from ..stages.common import StageError
-                raise StageError(f"simulate: the instructor's endpoint failed every retry at turn {turn} "
+                raise StageError(f"{where}: the instructor's endpoint failed every retry at turn {turn} "
                                  f"({sum(s is None for s in said)} of {len(said)} episodes): {instructor.stats()}")
-            assert_spoke(list(said), turn, "simulate")
-            for e, text in zip(episodes, said):
+            assert_spoke(list(said) if strict else ["".join(said)], turn, where)
+            for i, (e, text) in enumerate(zip(episodes, said)):
                 e.instructor.append({"role": "assistant", "content": text})
                 e.transcript.append({"turn": turn, "role": "instructor", "text": text})
-                e.human.append({"role": "user", "content": ep["human_turn"].format(message=text.strip(),
-                                                                                   opt=fields(e.q)["opt"])})
+                opt = fields(e.q)["opt"]
+                if text.strip():
+                    e.human.append({"role": "user", "content": ep["human_turn"].format(message=text.strip(), opt=opt)})
+                else:               # silence (strict=False): the human reconsiders alone
+                    out.silent[i] = True
+                    e.human.append({"role": "user", "content": ep["human_alone"].format(opt=opt)})
+        out.turns.append(batch)
         _human_turn(human, episodes, reader, turn, reply_tokens, h_temp, base + 10 * turn)
-    return episodes
+    return out
 
 
 def records(episodes: list[ChatEpisode], seed: int, negations: Optional[list[ChatEpisode]] = None) -> list[dict[str, Any]]:
