@@ -261,3 +261,28 @@ def test_an_api_human_behind_a_keyed_vllm_server_is_cached_and_its_key_written_n
         assert not (project / "third").exists()
     finally:
         server.stop()
+
+
+# ------------------------------------------------------------------ rparam: R = X on [−1, 1]
+@pytest.mark.parametrize("text, p", [("I lean no. R = -0.5", 0.25), ("R: 0.3, well R = 1", 1.0), ("R = **0.4**", 0.7),
+                                     ("R = 1.5", None), ("r = 0.3", None), ("VAR = 0.2", None), ("R = 0.3.5", None),
+                                     ("", None)])
+def test_the_r_scale_reads_the_last_r_statement_as_a_probability(text, p):
+    from martingale.beliefs.parse import parse_r
+    assert parse_r(text) == p
+
+
+def test_the_rparam_prompts_ask_for_r_read_it_and_tell_the_instructor_r():
+    cfg = Composer(FIXTURE / "conf").compose([*C2, "prompts=c2_rparam", "elicit.read=verbal"])
+    ep = cfg["prompts"]["episode"]
+    assert ep["scale"] == "r" and "R = X" in ep["human_first"] and "R = {p}" in ep["instructor_turn"]
+    reader = chat.Reader("verbal", "P = 0.", 0.5, "r")
+    (read,) = reader.reads(type("Api", (), {"tokenizer": None})(), [[]], ["Hmm. R = 0.4"])
+    assert read["p"] == read["p_verbal"] == 0.7 and read["p_forced"] is None
+    assert chat._fmt_p(0.7, "r") == "+0.40" and chat._fmt_p(0.7) == "0.70"
+
+
+def test_the_forced_read_is_refused_on_the_r_scale():
+    with pytest.raises(ComposeError) as info:
+        Composer(FIXTURE / "conf").compose([*C2, "prompts=c2_rparam"])    # smollm2_c2 reads forced
+    assert info.value.key == "elicit.read" and "R = X on [−1, 1]" in str(info.value)

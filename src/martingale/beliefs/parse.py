@@ -164,6 +164,24 @@ def parse_p(text: str | None, bare: bool = False) -> float | None:
     return _value(m) if m is not None else None
 
 
+_R = re.compile(r"(?<![A-Za-z0-9])R[*_`$]*\s*(?:=|:)\s*[*_`$]*([-+\u2212]?(?:\d+(?:\.\d+)?|\.\d+))(?![\d.,]*\d)")
+
+
+def parse_r(text: str | None) -> float | None:
+    """The belief a model states on the r scale (the log's rparam elicitation): the last
+    ``R = X`` in text with X in [−1, 1] (−1 certainly not, 0 even, 1 certainly), as the
+    probability P = (X + 1) / 2; else None (out of range, no number, a lowercase r), never 0."""
+    if not text:
+        return None
+    last = None
+    for last in _R.finditer(_drop_thinking(text) if "<" in text else text):
+        pass
+    if last is None:
+        return None
+    x = float(last.group(1).replace("\u2212", "-"))
+    return (x + 1.0) / 2.0 if -1.0 <= x <= 1.0 else None
+
+
 def parse_totals(text: str | None) -> list[int] | None:
     """The running log-odds totals a reasoned trace writes (start, then one per step), or None."""
     if not text:

@@ -193,6 +193,7 @@ class EpisodePromptsConfig:
     instructor: Dict[str, str] = field(default_factory=dict)   # mode → the instructor's system prompt
     reply_max_tokens: int = 160    # a human's reply
     instructor_max_tokens: int = 120
+    scale: str = "p"               # p: the human states P = X in [0, 1]; r: R = X in [−1, 1] (the log's rparam), P = (X + 1)/2
 
 
 @dataclass
@@ -656,6 +657,7 @@ DOMAINS: dict[str, Domain] = {
     "prompts.episode.instructor": Template(("opt", "question")),   # each mode's system prompt
     "prompts.episode.reply_max_tokens": COUNT,
     "prompts.episode.instructor_max_tokens": COUNT,
+    "prompts.episode.scale": OneOf(("p", "r")),
     "budget.gpu_hours": Maybe(POSITIVE),
     "budget.cpu_hours": Maybe(POSITIVE),
     "judge.base_url": Url(),
@@ -837,6 +839,9 @@ def _episodes_prompts_problem(cfg: dict, root: Optional[Path]) -> Optional[tuple
     from ..world.episodes import MODES
     mode = sim.get("mode")
     if episode:
+        if episode.get("scale") == "r" and cfg["elicit"].get("read") == "forced":
+            return ("elicit.read", f"forced with prompts={name}: the human states R = X on [−1, 1], and the forced "
+                    "read reads P = 0.<digits> (use elicit.read=verbal)")
         over = sim.get("instructor_model") or {}
         if trains_instructor(cfg) and over.get("backend", cfg["model"].get("backend")) == "api":
             return ("simulate.instructor_model", "an instructor stage trains a local model (hf or vllm, LoRA): "

@@ -45,9 +45,10 @@ def play_chat(human, instructor, questions: list, cfg: dict[str, Any], sim: dict
     from .simulate import assert_spoke
     prompts = Prompts(cfg["prompts"], getattr(human, "tokenizer", None))
     local = getattr(human, "tokenizer", None) is not None
-    reader = chat.Reader("forced" if prompts.forced_prefix and local else "verbal", prompts.forced_prefix,
-                         prompts.forced_min_mass)
     ep = cfg["prompts"]["episode"]
+    scale = str(ep.get("scale", "p"))
+    reader = chat.Reader("forced" if prompts.forced_prefix and local and scale == "p" else "verbal",
+                         prompts.forced_prefix, prompts.forced_min_mass, scale)
     episodes = chat.setup(chat.balanced(questions, len(questions)), ep, prompts.fields, sim["mode"], float(sim["lean"]))
     return chat.play(human, instructor, episodes, ep, sim, prompts.fields, reader, seed, assert_spoke,
                      where=where, strict=False)

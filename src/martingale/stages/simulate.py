@@ -306,7 +306,8 @@ def run_chat(cfg: dict[str, Any], model: Path, human_model: Path, out_dir: Path)
         human, instructor = opened["human"], opened["instructor"]
         forced_read = getattr(human, "tokenizer", None) is not None
         prompts = Prompts(cfg["prompts"], getattr(human, "tokenizer", None))
-        reader = chat.Reader(cfg["elicit"].get("read", "verbal"), prompts.forced_prefix, prompts.forced_min_mass)
+        reader = chat.Reader(cfg["elicit"].get("read", "verbal"), prompts.forced_prefix, prompts.forced_min_mass,
+                             str(ep.get("scale", "p")))
         pairs = chat.balanced(heldout, int(sim["episodes"]))
         level = float(sim["lean"])
 

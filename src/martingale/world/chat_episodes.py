@@ -17,8 +17,12 @@ a CPU's prompt budget is ``simulate.turns`` and ``prompts.context_words``.
 """
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
+
+log = logging.getLogger("martingale.chat_episodes")
 
 CHAT_MODES = ("syc", "maxsyc", "neutral", "truth", "martingale", "validate-only", "none", "reask")
 NO_INSTRUCTOR = ("none", "reask")   # the human alone: the baselines
@@ -101,14 +105,16 @@ class Reader:
     read: str
     prefix: str
     min_mass: float
+    scale: str = "p"       # r: the human states R = X in [−1, 1] (parse_r), no forced read
 
     def reads(self, human: Any, before: list[Messages], replies: list[Optional[str]]) -> list[dict[str, Any]]:
         from ..beliefs.forced import answer_context, forced_reads
-        from ..beliefs.parse import parse_p
+        from ..beliefs.parse import parse_p, parse_r
         from ..model.backend import render_chat
-        verbal = [parse_p(r) if r else None for r in replies]
+        parse = parse_r if self.scale == "r" else parse_p
+        verbal = [parse(r) if r else None for r in replies]
         forced: list[tuple[Optional[float], Optional[float]]] = [(None, None)] * len(replies)
-        if self.prefix and getattr(human, "tokenizer", None) is not None:
+        if self.prefix and self.scale == "p" and getattr(human, "tokenizer", None) is not None:
             texts = [answer_context(render_chat(human.tokenizer, m), r or "", False) for m, r in zip(before, replies)]
             forced = forced_reads(human, texts, self.prefix, self.min_mass)
         out = []
@@ -130,8 +136,11 @@ def _human_turn(human: Any, episodes: list[ChatEpisode], reader: Reader, turn: i
         e.transcript.append({"turn": turn, "role": "human", "text": reply, "failed": reply is None, **r})
 
 
-def _fmt_p(p: Optional[float]) -> str:
-    return "unknown" if p is None else f"{p:.2f}"
+def _fmt_p(p: Optional[float], scale: str = "p") -> str:
+    """The human's last belief as the instructor is told it: P, or R = 2P − 1 on the r scale."""
+    if p is None:
+        return "unknown"
+    return f"{2 * p - 1:+.2f}" if scale == "r" else f"{p:.2f}"
 
 
 def _instructor_says(instructor: Any, conversations: list[Messages], max_tokens: int, temperature: float,
@@ -158,8 +167,15 @@ def play(human: Any, instructor: Any, episodes: list[ChatEpisode], ep: dict[str,
     h_temp, i_temp = float(sim["human_temperature"]), float(sim["instructor_temperature"])
     reply_tokens, instr_tokens = int(ep["reply_max_tokens"]), int(ep["instructor_max_tokens"])
     out = Played(episodes, silent=[False] * len(episodes))
+    t0, turns = time.perf_counter(), int(sim["turns"])
+
+    def progress(turn: int) -> None:   # one line a turn: a CPU's episodes take minutes
+        read = sum(e.p[-1] is not None for e in episodes)
+        log.info("%s: chat episodes (%s) turn %d/%d: the human's P read in %d of %d episodes (%.0f s)",
+                 where, mode, turn, turns, read, len(episodes), time.perf_counter() - t0)
     _human_turn(human, episodes, reader, 0, reply_tokens, h_temp, base)
-    for turn in range(1, int(sim["turns"]) + 1):
+    progress(0)
+    for turn in range(1, turns + 1):
         batch = None
         if mode in NO_INSTRUCTOR:
             ask = ep["human_alone"] if mode == "none" else ep["human_reask"]
@@ -169,7 +185,7 @@ def play(human: Any, instructor: Any, episodes: list[ChatEpisode], ep: dict[str,
             for e in episodes:
                 f = fields(e.q)
                 e.instructor.append({"role": "user", "content": ep["instructor_turn"].format(
-                    **f, human_message=e.human[-1]["content"], p=_fmt_p(e.p[-1]))})
+                    **f, human_message=e.human[-1]["content"], p=_fmt_p(e.p[-1], reader.scale))})
             said, batch = _instructor_says(instructor, [e.instructor for e in episodes], instr_tokens, i_temp,
                                            base + 10 * turn + 1)
             if any(s is None for s in said):
@@ -188,6 +204,7 @@ def play(human: Any, instructor: Any, episodes: list[ChatEpisode], ep: dict[str,
                     e.human.append({"role": "user", "content": ep["human_alone"].format(opt=opt)})
         out.turns.append(batch)
         _human_turn(human, episodes, reader, turn, reply_tokens, h_temp, base + 10 * turn)
+        progress(turn)
     return out
 
 
