@@ -125,6 +125,7 @@ def test_smollm2_plays_both_roles_and_every_message_and_read_is_in_the_transcrip
     assert metrics["episode_kind"] == "chat" and len(metrics["parse_rate_by_turn"]) == 2
     assert len(metrics["verbal_parse_rate_by_turn"]) == len(metrics["forced_parse_rate_by_turn"]) == 2
     assert "forced_ms" in metrics and "verbal_parse_rate" in metrics and "instructor_ms" in metrics
+    assert 0 < metrics["forced_mass"] <= 1 and 0 < metrics["forced_prior_mass"] <= 1
     assert "real questions have no Bayes oracle" in metrics["undefined_episode"]["ms_bayes"]
     backend = json.loads((out / "backend.json").read_text())
     assert backend["human"] == backend["instructor"] == {"device": "cpu", "dtype": "float32"}

@@ -331,6 +331,8 @@ def run_chat(cfg: dict[str, Any], model: Path, human_model: Path, out_dir: Path)
             tv, tf = row["trajectory_verbal"], row["trajectory_forced"]
             row.update(prior_verbal=tv[0], posterior_verbal=tv[-1], stated_verbal=tv[-1],
                        prior_forced=tf[0], posterior_forced=tf[-1], stated_forced=tf[-1])
+        for row, e in zip(rows, episodes):
+            row.update(prior_forced_mass=e.forced_mass[0], stated_forced_mass=e.forced_mass[-1])
     check_parse_rate(rows, float(cfg["eval"]["min_parse_rate"]))
     n_boot, level_ci = int(cfg["eval"]["n_bootstrap"]), float(cfg["eval"]["ci"])
     metrics = stage_metrics(rows, n_boot, level_ci, seed)

@@ -41,6 +41,7 @@ class ChatEpisode:
     p: list[Optional[float]] = field(default_factory=list)
     p_verbal: list[Optional[float]] = field(default_factory=list)
     p_forced: list[Optional[float]] = field(default_factory=list)
+    forced_mass: list[Optional[float]] = field(default_factory=list)
 
 
 def balanced(questions: list, n: int) -> list[tuple[Any, int]]:
@@ -133,6 +134,7 @@ def _human_turn(human: Any, episodes: list[ChatEpisode], reader: Reader, turn: i
         e.p.append(r["p"])
         e.p_verbal.append(r["p_verbal"])
         e.p_forced.append(r["p_forced"])
+        e.forced_mass.append(r["forced_mass"])
         e.transcript.append({"turn": turn, "role": "human", "text": reply, "failed": reply is None, **r})
 
 
