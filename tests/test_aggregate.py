@@ -44,3 +44,14 @@ def test_single_seed_stage_keeps_plain_metrics(tmp_path):
                                [{"stage": "s0", "seed": 42, "dir": d, "model_stage": "m", "eval_stage": "e"}],
                                tmp_path / "out")
     assert result["stages"]["s0"]["brier"] == 0.25 and result["parent"] is None
+
+
+def test_chat_episodes_transcripts_are_gathered_per_stage_and_embedded_episodes_add_none():
+    from martingale.records.aggregate import transcripts
+    said = [{"turn": 0, "role": "human", "text": "P = 0.6", "p": 0.6}]
+    records = {("s1", 7): [{"qid": "q2", "y": 1, "lean": -1, "transcript": said}],
+               ("s0", 7): [{"qid": "q1", "y": 0, "lean": 1, "transcript": said}]}
+    assert transcripts(records) == {
+        "s0": [{"seed": 7, "qid": "q1", "lean": 1, "y": 0, "messages": said}],
+        "s1": [{"seed": 7, "qid": "q2", "lean": -1, "y": 1, "messages": said}]}
+    assert transcripts({("s0", 7): [{"qid": "q1", "y": 0, "lean": 1, "trajectory": [0.6]}]}) == {}

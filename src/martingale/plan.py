@@ -328,9 +328,19 @@ NOT_RUN_IDENTITY = ("budget",)   # what a build may cost, not what a run is: nev
 def run_identity(cfg: dict) -> dict:
     """A resolved config without the keys that say nothing about the run (NOT_RUN_IDENTITY), nor
     the sections it does not use: ``simulate`` where it plays no episode, ``instructor`` where it
-    trains none (a new key there leaves every other run fresh)."""
+    trains none (a new key there leaves every other run fresh); nor ``model.api`` off the api
+    backend, ``prompts.episode`` or a role's model where null (chat episodes' keys)."""
     unused = (() if plays_episodes(cfg) else ("simulate",)) + (() if trains_instructor(cfg) else ("instructor",))
-    return {k: v for k, v in cfg.items() if k not in (*NOT_RUN_IDENTITY, *unused)}
+    out = {k: v for k, v in cfg.items() if k not in (*NOT_RUN_IDENTITY, *unused)}
+    # keys at their "not used" value, as in the stage slices (a key added later leaves old runs fresh)
+    if "model" in out:
+        out["model"] = {k: v for k, v in out["model"].items() if not (k == "api" and out["model"].get("backend") != "api")}
+    if "prompts" in out:
+        out["prompts"] = {k: v for k, v in out["prompts"].items() if not (k == "episode" and v is None)}
+    if "simulate" in out:
+        out["simulate"] = {k: v for k, v in out["simulate"].items()
+                           if not (k in ("human_model", "instructor_model") and v is None)}
+    return out
 
 
 def config_hash(cfg: dict) -> str:

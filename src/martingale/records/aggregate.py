@@ -172,6 +172,18 @@ def _pooled(records: dict) -> tuple[dict[str, list[dict[str, Any]]], list[dict[s
     return pooled, all_records
 
 
+def transcripts(records: dict) -> dict[str, list[dict[str, Any]]]:
+    """Chat episodes' transcripts per stage (seed, question, lean, outcome, every message with its
+    reads), as the log's transcript pages read; empty for runs without chat episodes."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for (stage, seed), rows in sorted(records.items(), key=lambda kv: (_stage_order(kv[0][0]), kv[0][1])):
+        for r in rows:
+            if "transcript" in r:
+                out.setdefault(stage, []).append({"seed": seed, "qid": r["qid"], "lean": r.get("lean"),
+                                                  "y": r["y"], "messages": r["transcript"]})
+    return out
+
+
 def stage_provenance(evals: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """{stage id: its provenance.json} for each eval folder read and the folder of the model it
     evaluated (its store sibling ``<store>/<kind>/<model_stage>``), where one was recorded."""
@@ -208,6 +220,7 @@ def write_run_results(run_id: str, resolved_cfg: dict[str, Any], lineage: list[d
     ``provenance`` maps each stage and seed to its model and eval stage ids, and
     ``stage_provenance`` each of those stage ids (and the natural evals') to the provenance.json
     its folder holds (martingale.provenance: versions, vLLM server, weights' sha256), if any.
+    Chat episodes add ``transcripts`` (per stage, every episode's messages).
     """
     out = Path(out_dir)
     metrics, records, ids = _load(evals)
@@ -241,6 +254,9 @@ def write_run_results(run_id: str, resolved_cfg: dict[str, Any], lineage: list[d
                    "final": final, "headline": headline(final)}
         if parent_evals else None,
     }
+    said = transcripts(records)
+    if said:                       # chat episodes (world/chat_episodes.py): the whole conversations
+        result["transcripts"] = said
     pooled, all_records = _pooled(records)
     io.write_yaml(out / "config.yaml", resolved_cfg)
     io.write_json(out / "lineage.json", lineage)
