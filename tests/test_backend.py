@@ -1,5 +1,5 @@
-"""The generation backend protocol: ``model.backend`` names a registered backend (``hf``, ``vllm``;
-any other name is refused at check time), the registry is light to import, and the HF backend is
+"""The generation backend protocol: ``model.backend`` names a registered backend (``api``, ``hf``,
+``vllm``; any other name is refused at check time), the registry is light to import, and the HF backend is
 the in-process transformers path the stages generate, read and score through."""
 from __future__ import annotations
 
@@ -18,9 +18,10 @@ from projcopy import proj, write_run  # noqa: F401 (proj: fixture)
 
 
 def test_the_backends_are_found_in_their_modules_and_are_the_allowed_values():
+    from martingale.model.api import ApiBackend
     from martingale.model.vllm import VLLMBackend
-    assert backends() == {"hf": HFBackend, "vllm": VLLMBackend}
-    assert choices()["model.backend"] == ("hf", "vllm")
+    assert backends() == {"api": ApiBackend, "hf": HFBackend, "vllm": VLLMBackend}
+    assert choices()["model.backend"] == ("hf", "api", "vllm")
 
 
 def test_a_run_asking_for_an_unbuilt_backend_is_refused_in_one_line_naming_the_key(proj):
@@ -28,7 +29,7 @@ def test_a_run_asking_for_an_unbuilt_backend_is_refused_in_one_line_naming_the_k
     with pytest.raises(RunError) as info:
         RunTree.load(proj / "conf")
     msg = str(info.value)
-    assert msg.startswith("conf/runs/v.yaml: model.backend: ") and "'tgi' is not one of: hf, vllm" in msg
+    assert msg.startswith("conf/runs/v.yaml: model.backend: ") and "'tgi' is not one of: hf, api, vllm" in msg
     assert "\n" not in msg
     res = CliRunner().invoke(app, ["--root", str(proj), "check"])
     assert res.exit_code == 1
@@ -37,7 +38,7 @@ def test_a_run_asking_for_an_unbuilt_backend_is_refused_in_one_line_naming_the_k
 
 
 def test_an_unknown_backend_name_is_named_when_opening_a_model():
-    with pytest.raises(ValueError, match="model.backend: unknown backend 'tgi' \\(known: hf, vllm\\)"):
+    with pytest.raises(ValueError, match="model.backend: unknown backend 'tgi' \\(known: hf, api, vllm\\)"):
         backend_class({"backend": "tgi"})
 
 
