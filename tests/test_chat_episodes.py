@@ -219,11 +219,12 @@ def test_a_chat_instructor_stage_fails_on_a_silent_instructor_or_a_no_op_adapter
 # ------------------------------------------------------------------ an api human behind a real vLLM server
 @pytest.mark.slow
 @pytest.mark.real("smollm2", "vllm")
-def test_an_api_human_behind_a_keyed_vllm_server_is_cached_and_its_key_written_nowhere(tmp_path, monkeypatch,
-                                                                                      one_thread):
-    """The human is SmolLM2 behind vLLM's OpenAI-compatible server started with --api-key (as a
-    DeepSeek endpoint would be); the instructor SmolLM2 in-process. A second build makes no call;
-    the key is in no file the tool writes; a wrong key fails the stage at once (HTTP 401)."""
+def test_api_roles_behind_a_keyed_vllm_server_are_cached_and_the_key_written_nowhere(tmp_path, monkeypatch,
+                                                                                    one_thread):
+    """The human and the instructor are SmolLM2 behind vLLM's OpenAI-compatible server started
+    with --api-key (as DeepSeek's endpoint would be): the log's two api agents. A second build
+    makes no call; the key is in no file the tool writes; a wrong key fails the stage at once (HTTP
+    401). (An api human with a local instructor: the same client, the same cache.)"""
     from omegaconf import OmegaConf
 
     from martingale.config.schema import ModelConfig
@@ -242,21 +243,23 @@ def test_an_api_human_behind_a_keyed_vllm_server_is_cached_and_its_key_written_n
     try:
         monkeypatch.chdir(project)
         monkeypatch.setenv("MARTINGALE_API_KEY", CANARY)
-        human = ("simulate.human_model={backend: api, api: {model: smollm2_135m, base_url: '"
-                 + server.url + "/v1', retries: 1, backoff_s: 0.1}}")
-        cfg = _stage_cfg("elicit.read=verbal", human)
+        api = "{backend: api, api: {model: smollm2_135m, base_url: '" + server.url + "/v1', retries: 1, backoff_s: 0.1}}"
+        human, instructor = f"simulate.human_model={api}", f"simulate.instructor_model={api}"
+        cfg = _stage_cfg("elicit.read=verbal", human, instructor)
         simulate.run(cfg, model=SMOLLM2, human_model=SMOLLM2, out_dir=project / "first")
         simulate.run(cfg, model=SMOLLM2, human_model=SMOLLM2, out_dir=project / "second")
-        first = json.loads((project / "first/backend.json").read_text())["api"]["human"]
-        second = json.loads((project / "second/backend.json").read_text())["api"]["human"]
-        assert first["answered"] == 6 and first["failures"] == 0      # 3 episodes × (turn 0, turn 1)
-        assert second["calls"] == 0 and second["cache_hits"] == 6
+        first = json.loads((project / "first/backend.json").read_text())
+        second = json.loads((project / "second/backend.json").read_text())
+        assert first["human"] == first["instructor"] == {"backend": "api", "api_model": "smollm2_135m"}
+        # one client for the two roles (the same endpoint and model): 3 episodes × (2 human turns + 1 instructor turn)
+        assert first["api"]["human"]["answered"] == 9 and first["api"]["human"]["failures"] == 0
+        assert second["api"]["human"]["calls"] == 0 and second["api"]["human"]["cache_hits"] == 9
         assert (project / "first/records.jsonl").read_bytes() == (project / "second/records.jsonl").read_bytes()
         written = [p for p in project.rglob("*") if p.is_file()]
         assert any("_api_cache" in str(p) for p in written)
         assert all(CANARY.encode() not in p.read_bytes() for p in written)
         monkeypatch.setenv("MARTINGALE_API_KEY", "not-the-key")
-        fresh = _stage_cfg("elicit.read=verbal", human, "simulate.human_temperature=0.9")   # not in the cache
+        fresh = _stage_cfg("elicit.read=verbal", human, instructor, "simulate.human_temperature=0.9")   # not cached
         with pytest.raises(StageError, match=r"^simulate\.human_model\.api at .*: HTTP 401 \(the key was refused"):
             simulate.run(fresh, model=SMOLLM2, human_model=SMOLLM2, out_dir=project / "third")
         assert not (project / "third").exists()
