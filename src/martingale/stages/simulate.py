@@ -205,11 +205,9 @@ def check_config(cfg: dict[str, Any]) -> None:
             inputs=("model", "human_model"), per_seed=True, serves=True)
 def run(cfg: dict[str, Any], model: Path, human_model: Path, out_dir: Path) -> None:
     """cfg: world, model, elicit, eval, simulate, seed → out_dir/records.jsonl, metrics.json."""
-    from ..metrics import episode_metrics, stage_metrics
     from ..model.backend import open_model
     from ..model.load import describe
     from ..world import episodes as ep_mod
-    from .evaluate import check_parse_rate
 
     check_config(cfg)
     if is_chat(cfg):
@@ -244,13 +242,24 @@ def run(cfg: dict[str, Any], model: Path, human_model: Path, out_dir: Path) -> N
         for b in opened:
             b.close()
     rows = records(world, played, seed, negated)
+    write_episodes(cfg, rows, seed, {"unreadable_utterances": played.unreadable, **alone}, guards, out_dir,
+                   "simulate", "instructor_ms")
+
+
+def write_episodes(cfg: dict[str, Any], rows: list[dict[str, Any]], seed: int, extra: dict[str, Any],
+                   guards: dict[str, Any], out_dir: Path, label: str, last_logged: str) -> None:
+    """The end of an episode stage (embedded or chat): the parse floor, the eval and episode
+    blocks with mode, turns and ``extra``, one log line, then the folder, written atomically."""
+    from ..metrics import episode_metrics, stage_metrics
+    from .evaluate import check_parse_rate
+    sim = cfg["simulate"]
     check_parse_rate(rows, float(cfg["eval"]["min_parse_rate"]))
     n_boot, level = int(cfg["eval"]["n_bootstrap"]), float(cfg["eval"]["ci"])
     metrics = stage_metrics(rows, n_boot, level, seed)
     metrics.update(episode_metrics(rows, n_boot, level, seed))
-    metrics.update(mode=sim["mode"], turns=int(sim["turns"]), unreadable_utterances=played.unreadable, **alone)
-    log.info("simulate (%s): %s", sim["mode"], {k: metrics.get(k) for k in ("ms", "ms_ci", "brier", "delta_brier",
-                                                                        "entrenched_share", "instructor_ms")})
+    metrics.update(mode=sim["mode"], turns=int(sim["turns"]), **extra)
+    log.info("%s (%s): %s", label, sim["mode"], {k: metrics.get(k) for k in ("ms", "ms_ci", "brier", "delta_brier",
+                                                                         "entrenched_share", last_logged)})
     with io.atomic_dir(out_dir) as tmp:
         io.write_jsonl(tmp / "records.jsonl", rows)
         io.write_json(tmp / "metrics.json", metrics)
@@ -287,10 +296,8 @@ def run_chat(cfg: dict[str, Any], model: Path, human_model: Path, out_dir: Path)
     records with transcripts, the eval block, the episode block, parse rates per turn, the
     instructor's own single-agent MS where it is a local model."""
     from ..beliefs.prompts import Prompts
-    from ..metrics import episode_metrics, stage_metrics
     from ..model.backend import open_model
     from ..world import chat_episodes as chat
-    from .evaluate import check_parse_rate
 
     sim, seed, ep = cfg["simulate"], int(cfg["seed"]), cfg["prompts"]["episode"]
     seed_everything(seed)
@@ -333,15 +340,5 @@ def run_chat(cfg: dict[str, Any], model: Path, human_model: Path, out_dir: Path)
                        prior_forced=tf[0], posterior_forced=tf[-1], stated_forced=tf[-1])
         for row, e in zip(rows, episodes):
             row.update(prior_forced_mass=e.forced_mass[0], stated_forced_mass=e.forced_mass[-1])
-    check_parse_rate(rows, float(cfg["eval"]["min_parse_rate"]))
-    n_boot, level_ci = int(cfg["eval"]["n_bootstrap"]), float(cfg["eval"]["ci"])
-    metrics = stage_metrics(rows, n_boot, level_ci, seed)
-    metrics.update(episode_metrics(rows, n_boot, level_ci, seed))
-    metrics.update(mode=sim["mode"], turns=int(sim["turns"]), episode_kind="chat", **chat.parse_rates(episodes),
-                   **alone)
-    log.info("simulate chat (%s): %s", sim["mode"], {k: metrics.get(k) for k in ("ms", "ms_ci", "brier", "delta_brier",
-                                                                             "entrenched_share", "parse_rate_by_turn")})
-    with io.atomic_dir(out_dir) as tmp:
-        io.write_jsonl(tmp / "records.jsonl", rows)
-        io.write_json(tmp / "metrics.json", metrics)
-        io.write_json(tmp / "backend.json", {"backend": cfg["model"]["backend"], **guards})
+    write_episodes(cfg, rows, seed, {"episode_kind": "chat", **chat.parse_rates(episodes), **alone}, guards,
+                   out_dir, "simulate chat", "parse_rate_by_turn")
