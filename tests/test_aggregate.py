@@ -55,3 +55,20 @@ def test_chat_episodes_transcripts_are_gathered_per_stage_and_embedded_episodes_
         "s0": [{"seed": 7, "qid": "q1", "lean": 1, "y": 0, "messages": said}],
         "s1": [{"seed": 7, "qid": "q2", "lean": -1, "y": 1, "messages": said}]}
     assert transcripts({("s0", 7): [{"qid": "q1", "y": 0, "lean": 1, "trajectory": [0.6]}]}) == {}
+
+
+def test_a_chat_episode_runs_eval_json_holds_its_transcripts_and_an_embedded_runs_none(tmp_path):
+    chat, plain = tmp_path / "chat", tmp_path / "plain"
+    for d in (chat, plain):
+        d.mkdir()
+        _eval_dir(d, 0.25, 0.05, 42)
+    said = [{"turn": 0, "role": "human", "text": "P = 0.6", "p": 0.6}]
+    rows = [dict(r, lean=1, transcript=said) for r in io.read_jsonl(chat / "records.jsonl")]
+    io.write_jsonl(chat / "records.jsonl", rows)
+    lineage = [{"run_id": "c", "parent": None, "knob": None}]
+    ev = [{"stage": "s0", "seed": 42, "model_stage": "m", "eval_stage": "e"}]
+    got = write_run_results("c", {}, lineage, [dict(ev[0], dir=chat)], tmp_path / "out-chat", plots=False)
+    assert [t["qid"] for t in got["transcripts"]["s0"]] == ["ho00000", "ho00001"]
+    assert got["transcripts"]["s0"][0]["messages"] == said
+    assert "transcripts" not in write_run_results("p", {}, lineage, [dict(ev[0], dir=plain)], tmp_path / "out-p",
+                                                  plots=False)
