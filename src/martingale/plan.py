@@ -264,6 +264,18 @@ class Plan:
         """Every stage id a run needs, upstream first, each once."""
         return list(self._chains[run_id])
 
+    def kind_resources(self, kind: str) -> dict[str, Any]:
+        """The resources every stage of this kind asks for alike (key → value; ``None``: no stage
+        has that resource). A key whose value differs between the kind's stages is absent: the
+        rule looks it up per job. Constants spare Snakemake a function call per job and key."""
+        values: dict[str, set] = {}
+        keys = ("threads", "mem_mb", "runtime", "gpu", "gpu_model", "device")
+        for stage in self.stages.values():
+            if stage.kind == kind:
+                for key in keys:
+                    values.setdefault(key, set()).add(stage.resources.get(key))
+        return {key: vals.pop() for key, vals in values.items() if len(vals) == 1}
+
     def stages_for(self, run_ids: list[str]) -> list[str]:
         """Distinct stage ids the runs need, in first-needed order."""
         return list(dict.fromkeys(s for r in run_ids for s in self._chains[r]))

@@ -1,5 +1,6 @@
 # The plan, built once when the workflow is parsed, and the small named functions rules use.
 # A bad run file stops the parse here with one line: conf/runs/<file>: <key>: <what is wrong>.
+import inspect
 import sys
 from pathlib import Path
 
@@ -8,6 +9,7 @@ from martingale.config.runs import RUN_ID_PATTERN, RunError
 from martingale.manifest import MANIFEST
 from martingale.plan import ID_PATTERN, STORE, Plan, run_identity, stage_dir
 from martingale.stages import kinds
+from snakemake.common import overwrite_function_params
 
 ROOT = Path(workflow.basedir)
 RUN_PATTERN = RUN_ID_PATTERN   # the run-id rule's one definition (martingale.config.runs)
@@ -20,11 +22,19 @@ STAGE_KINDS = kinds()
 BENCHMARK = cost.BENCHMARK   # a stage job's benchmark: logs/<kind>/<id>.benchmark.tsv
 
 
+def per_job(fn):
+    """A function called per job, its signature read once. Snakemake otherwise inspects it at
+    every call, ~15 times per job: a third of the DAG build with 1,000 runs."""
+    overwrite_function_params(fn, inspect.signature(fn).parameters)
+    return fn
+
+
 def sid_pattern(kind):
     """Wildcard constraint of a stage folder: ids of one kind only, so rules never collide."""
     return f"{kind}-{ID_PATTERN}"
 
 
+@per_job
 def all_targets(wildcards):
     """Every run not marked invalid: its eval.json; then the runs table."""
     return [f"results/{run}/eval.json" for run in PLAN.active_run_ids()] + ["runs.json"]
@@ -35,48 +45,66 @@ def stage_output(sid):
     return f"{stage_dir(sid)}/{MANIFEST}"
 
 
+@per_job
 def stage_inputs(wildcards):
     """Upstream stages by role (base_model, start_model, judge_model, model): their manifests."""
     return {role: stage_output(uid) for role, uid in PLAN.stages[wildcards.sid].inputs.items()}
 
 
+@per_job
 def stage_cfg(wildcards):
     """The config slice that defines the stage: a param, so editing a knob reruns what it affects."""
     return PLAN.stages[wildcards.sid].cfg
 
 
 # A stage's scheduling resources, from conf/model/<name>.yaml `resources:` (plan._resources).
-# Snakemake drops a resource whose function returns None: a CPU-only stage has no gpu/gpu_model.
+# Snakemake drops a resource that is None: a CPU-only stage has no gpu/gpu_model.
+def stage_resource(kind, key, per_job):
+    """The kind's resource as a constant when all its stages ask for the same (the common case:
+    one model), else per_job, a function of the job's stage id. Snakemake calls a function once
+    per job and key and inspects its signature each time: 1,000 runs' ~4,000 stage jobs times six
+    keys was a third of a dry run."""
+    uniform = PLAN.kind_resources(kind)
+    return uniform[key] if key in uniform else per_job
+
+
+@per_job
 def stage_threads(wildcards):
     """CPUs of the stage (sbatch --cpus-per-task)."""
     return PLAN.stages[wildcards.sid].resources["threads"]
 
 
+@per_job
 def stage_mem_mb(wildcards):
     """Memory in MB (sbatch --mem)."""
     return PLAN.stages[wildcards.sid].resources["mem_mb"]
 
 
+@per_job
 def stage_runtime(wildcards):
     """Wall-time limit in minutes (sbatch -t)."""
     return PLAN.stages[wildcards.sid].resources["runtime"]
 
 
+@per_job
 def stage_gpu(wildcards):
     """Number of GPUs, or None (no GPU resource) for a CPU model (sbatch --gpus=[model:]n)."""
     return PLAN.stages[wildcards.sid].resources.get("gpu")
 
 
+@per_job
 def stage_device(wildcards):
     """Where the job puts its model (model.device: auto, cuda, cpu): not in the stage id."""
     return PLAN.stages[wildcards.sid].resources["device"]
 
 
+@per_job
 def stage_gpu_model(wildcards):
     """GPU type (e.g. h200), or None; with gpu it makes sbatch --gpus=<gpu_model>:<gpu>."""
     return PLAN.stages[wildcards.sid].resources.get("gpu_model")
 
 
+@per_job
 def run_eval_dirs(wildcards):
     """The evals of one run (every stage, every seed): their manifests."""
     return [stage_output(e["eval_stage"]) for e in PLAN.evals(wildcards.run)]
@@ -87,22 +115,26 @@ def run_parent(wildcards):
     return PLAN.tree.specs[wildcards.run].parent
 
 
+@per_job
 def parent_evals(wildcards):
     """The parent's evals (every stage, every seed), for the knob's paired effect; [] for a root."""
     parent = run_parent(wildcards)
     return PLAN.evals(parent) if parent else []
 
 
+@per_job
 def parent_eval_dirs(wildcards):
     """The parent's evals (their manifests): the aggregate compares the run against them."""
     return [stage_output(e["eval_stage"]) for e in parent_evals(wildcards)]
 
 
+@per_job
 def natural_evals(wildcards):
     """The natural model measured as the run measures it, per seed: "beats the natural base"."""
     return PLAN.natural_evals(wildcards.run)
 
 
+@per_job
 def natural_eval_dirs(wildcards):
     """Those evals' manifests."""
     return [stage_output(e["eval_stage"]) for e in natural_evals(wildcards)]
@@ -118,6 +150,7 @@ def built_now(sid):
     return _BUILT[sid]
 
 
+@per_job
 def ancestor_results(wildcards):
     """The eval.json of each ancestor this build can aggregate for free (cost.ancestors_to_aggregate:
     its evals and its parent's are in this build or already built), so building a child leaves no
@@ -127,15 +160,18 @@ def ancestor_results(wildcards):
     return [f"results/{a}/eval.json" for a in cost.ancestors_to_aggregate(PLAN, wildcards.run, built_now)]
 
 
+@per_job
 def run_config(wildcards):
     """The run's resolved config (its config.yaml), without the build's budget (plan.run_identity)."""
     return run_identity(PLAN.resolved_config(wildcards.run))
 
 
+@per_job
 def run_lineage(wildcards):
     return PLAN.lineage(wildcards.run)
 
 
+@per_job
 def run_evals(wildcards):
     return PLAN.evals(wildcards.run)
 
@@ -153,6 +189,7 @@ def plot_output(name):
     )
 
 
+@per_job
 def run_files(wildcards):
     """The run files the table reads."""
     return sorted(str(s.path.relative_to(ROOT)) for s in PLAN.tree.specs.values())
@@ -167,6 +204,7 @@ def requested_runs():
     return {run for run in PLAN.run_ids() if f"results/{run}/eval.json" in targets}
 
 
+@per_job
 def table_inputs(wildcards):
     """Run files, the results that exist and the results this invocation builds: `snakemake all`
     (or `results/a/eval.json runs.json`) regenerates the table after every aggregate it runs, while

@@ -24,13 +24,13 @@ for kind in STAGE_KINDS.values():
             BENCHMARK.format(kind=kind.name, sid="{sid}")
         wildcard_constraints:
             sid=sid_pattern(kind.name),
-        threads: stage_threads
+        threads: stage_resource(kind.name, "threads", stage_threads)
         resources:
-            mem_mb=stage_mem_mb,
-            runtime=stage_runtime,
-            gpu=stage_gpu,
-            gpu_model=stage_gpu_model,
-            device=stage_device,
+            mem_mb=stage_resource(kind.name, "mem_mb", stage_mem_mb),
+            runtime=stage_resource(kind.name, "runtime", stage_runtime),
+            gpu=stage_resource(kind.name, "gpu", stage_gpu),
+            gpu_model=stage_resource(kind.name, "gpu_model", stage_gpu_model),
+            device=stage_resource(kind.name, "device", stage_device),
         localrule: kind.local
         conda:
             "../envs/martingale.yaml"
