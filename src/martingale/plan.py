@@ -185,6 +185,7 @@ class Plan:
         self._natural: dict[str, dict[int, str]] = {}   # run id -> seed -> the natural model's eval
         self._labels: dict[str, str] = {}      # stage id -> its role, e.g. "train-s1", "eval-s0"
         self._runs_info: dict[str, dict] = {}  # run id -> model, start, stage chain, seeds, hash
+        self._chain_lengths: Optional[dict[str, int]] = None
         for run_id in tree.ids():
             self._plan_run(run_id)
 
@@ -263,6 +264,18 @@ class Plan:
     def run_chain(self, run_id: str) -> list[str]:
         """Every stage id a run needs, upstream first, each once."""
         return list(self._chains[run_id])
+
+    def chain_lengths(self) -> dict[str, int]:
+        """Stage id → the stages on the longest chain from it to the end of any run, itself
+        included: the job's Snakemake priority, so long chains start first and every core stays
+        fed to the end (a short eval left for last runs beside the others, not alone)."""
+        if self._chain_lengths is None:
+            depth = dict.fromkeys(self.stages, 1)
+            for sid in reversed(list(self.stages)):   # a stage is planned after its inputs
+                for upstream in self.stages[sid].inputs.values():
+                    depth[upstream] = max(depth[upstream], depth[sid] + 1)
+            self._chain_lengths = depth
+        return self._chain_lengths
 
     def kind_resources(self, kind: str) -> dict[str, Any]:
         """The resources every stage of this kind asks for alike (key → value; ``None``: no stage

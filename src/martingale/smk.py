@@ -58,6 +58,8 @@ def run_stage(snakemake: Any) -> None:
     from .manifest import require
     from .stages import kinds
     kind = kinds()[snakemake.rule]
+    from .threads import use_threads
+    use_threads(snakemake.threads)
     inputs = {role: Path(marker).parent for role, marker in snakemake.input.items()}
     for folder in inputs.values():
         require(folder)

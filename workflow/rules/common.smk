@@ -75,6 +75,12 @@ def stage_threads(wildcards):
 
 
 @per_job
+def stage_priority(wildcards):
+    """Long chains first (plan.chain_lengths): with -c2 both cores stay busy to the end."""
+    return PLAN.chain_lengths()[wildcards.sid]
+
+
+@per_job
 def stage_mem_mb(wildcards):
     """Memory in MB (sbatch --mem)."""
     return PLAN.stages[wildcards.sid].resources["mem_mb"]

