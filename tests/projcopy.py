@@ -85,9 +85,12 @@ def write_eval(root: Path, run_id: str, stages: dict, **extra) -> Path:
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, int]]:
-    """Every file under root with its size and mtime: compare to prove nothing was written."""
+    """Every file under root with its size and mtime: compare to prove nothing was written. The
+    compose cache (.cache/: Hydra's composed bases, keyed by content) is not output: left out."""
     out = {}
-    for dirpath, _, files in os.walk(root):
+    for dirpath, dirs, files in os.walk(root):
+        if Path(dirpath) == root and ".cache" in dirs:
+            dirs.remove(".cache")
         for f in files:
             p = Path(dirpath) / f
             st = p.stat()

@@ -132,7 +132,7 @@ def test_recorded_durations_of_the_same_kind_and_model_replace_the_runtime_limit
     est = cost.estimate(plan, trains[3:5] + [stage_of(plan, "base", "evaluate")], proj)
     by_kind = {s.kind: s for s in est.stages}
     assert by_kind["train"].basis == "history (n=3)" and by_kind["train"].hours == pytest.approx(600 / 3600)
-    assert by_kind["train"].cpu_hours == pytest.approx(2 * 600 / 3600)         # tiny: 2 cpus, no GPU
+    assert by_kind["train"].cpu_hours == pytest.approx(1 * 600 / 3600)         # tiny: 1 cpu, no GPU
     assert by_kind["evaluate"].basis == cost.RUNTIME_BASIS and by_kind["evaluate"].hours == 0.5
     assert est.gpu_hours == 0
 

@@ -53,7 +53,7 @@ def test_a_stage_refuses_a_corrupted_input_before_running(tmp_path):
     start = stage(tmp_path)
     (start / "model/model.safetensors").write_bytes(b"\1" * 16384)
     out = tmp_path / "results/_store/evaluate/evaluate-0123456789ab"
-    job = SimpleNamespace(rule="evaluate", input={"model": str(start / MANIFEST), "judge_model": str(start / MANIFEST)},
+    job = SimpleNamespace(rule="evaluate", threads=1, input={"model": str(start / MANIFEST), "judge_model": str(start / MANIFEST)},
                           output=[str(out / MANIFEST)], params=SimpleNamespace(cfg={}),
                           wildcards=SimpleNamespace(sid=out.name))
     with pytest.raises(CorruptArtifact, match="model/model.safetensors: sha256 differs"):
@@ -89,7 +89,7 @@ def test_a_stage_killed_after_its_body_finished_leaves_no_folder_behind(tmp_path
     weights.mkdir()
     (weights / "config.json").write_text("{}")
     out = tmp_path / "results/_store/weights/weights-0123456789ab"
-    job = SimpleNamespace(rule="weights", input={}, output=[str(out / MANIFEST)],
+    job = SimpleNamespace(rule="weights", threads=1, input={}, output=[str(out / MANIFEST)],
                           params=SimpleNamespace(cfg={"model": {"path": str(weights)}}),
                           resources=SimpleNamespace(device="cpu"), wildcards=SimpleNamespace(sid=out.name))
 

@@ -213,3 +213,36 @@ def test_keys_added_at_their_defaults_leave_a_runs_stage_slices_as_they_were():
            for k in kinds().values()}
     assert "loss_batch" in has["train"] and "loss_batch" not in has["evaluate"]
     assert "generate_batch" in has["evaluate"] and "generate_batch" not in has["pretrain"]
+
+
+def test_a_stage_feeding_a_longer_chain_gets_a_higher_priority(campaign):
+    # long chains first: pretrain → D → s1 → s2 → eval outranks the evals it feeds
+    depth = campaign.chain_lengths()
+    chain = campaign.run_chain("filter-s2only")
+    assert depth[chain[0]] > depth[chain[1]]
+    for sid, st in campaign.stages.items():
+        assert depth[sid] == 1 + max((depth[d] for d, s in campaign.stages.items() if sid in s.inputs.values()),
+                                     default=0)
+        if st.kind == "evaluate":
+            assert depth[sid] == 1
+
+
+def test_a_kinds_resources_are_constants_only_where_all_its_stages_agree(proj):
+    write_run(proj, "llama.yaml", "parent: base\nknob: model=llama31_8b\n")
+    plan, uniform = Plan.load(proj), Plan.load(FIXTURE).kind_resources("evaluate")
+    assert uniform == {"threads": 1, "mem_mb": 4000, "runtime": 30, "gpu": None, "gpu_model": None,
+                       "device": "auto"}
+    mixed = plan.kind_resources("evaluate")   # llama's evals ask for a GPU and 64000: per job
+    assert mixed == {"device": "auto"}
+
+
+def test_a_training_stage_on_a_cpu_has_its_thread_count_in_its_id_and_an_eval_does_not(proj):
+    # BLAS splits a gradient's sums by thread: pretrain at 1 and at 2 threads differ in their bytes
+    write_run(proj, "two-threads.yaml", "parent: base\nknob: model.resources.cpus=2\n")
+    write_run(proj, "llama.yaml", "parent: base\nknob: model=llama31_8b\n")
+    plan = Plan.load(proj)
+    one, two = plan.run_chain("base"), plan.run_chain("two-threads")
+    assert plan.stages[one[0]].cfg["model"]["threads"] == 1 and plan.stages[two[0]].cfg["model"]["threads"] == 2
+    assert one[0] != two[0]
+    assert all("threads" not in plan.stages[s].cfg["model"] for s in one if plan.stages[s].kind == "evaluate")
+    assert all("threads" not in plan.stages[s].cfg.get("model", {}) for s in plan.run_chain("llama"))  # on GPUs

@@ -263,7 +263,7 @@ def test_run_stage_writes_provenance_with_the_input_models_sha256(tmp_path, monk
     monkeypatch.setattr(stages, "kinds", lambda: {"fake": SimpleNamespace(run=run)})
     monkeypatch.setattr(smk, "track_stage", lambda snakemake: None)
     out = Path("results/_store/fake/fake-000000000002")
-    job = SimpleNamespace(rule="fake", input={"model": str(model / MANIFEST)}, output=[str(out / MANIFEST)],
+    job = SimpleNamespace(rule="fake", threads=1, input={"model": str(model / MANIFEST)}, output=[str(out / MANIFEST)],
                           params=SimpleNamespace(cfg={}), wildcards=SimpleNamespace(sid=out.name),
                           resources=SimpleNamespace())
     smk.run_stage(job)

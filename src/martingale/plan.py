@@ -74,10 +74,24 @@ def _model_slice(model: dict, kind: StageKind) -> dict:
     generates (the ids of every run from before it stay as they were); ``loss_batch`` likewise, and
     only in the id of a step (a training stage: how its gradient is accumulated)."""
     drop = PLACEMENT_KEYS if kind.serves else (*PLACEMENT_KEYS, *SERVING_KEYS)
-    return {k: v for k, v in model.items()
-            if k not in drop and not (k in UNSET_IS_DEFAULT and (not v or not kind.serves))
-            and not (k == "loss_batch" and kind.place != "step")
-            and not (k == "api" and model.get("backend") != "api")}   # an api endpoint only where one is used
+    out = {k: v for k, v in model.items()
+           if k not in drop and not (k in UNSET_IS_DEFAULT and (not v or not kind.serves))
+           and not (k == "loss_batch" and kind.place != "step")
+           and not (k == "api" and model.get("backend") != "api")}   # an api endpoint only where one is used
+    threads = compute_threads(model, kind)
+    if threads is not None:
+        out["threads"] = threads
+    return out
+
+
+def compute_threads(model: dict, kind: StageKind) -> Optional[int]:
+    """The torch threads a training kind computes with on a CPU model (``resources.cpus``), part of
+    what it computes: its gradient's sums are split by thread. None: any count gives the same bytes
+    (a kind that only reads the model, measured for evaluate) or the model is on GPUs."""
+    r = model.get("resources") or {}
+    if not kind.trains or int(r.get("gpus") or 0) > 0:
+        return None
+    return int(r.get("cpus", 1))
 
 
 QUESTION_SOURCE = {"name": "synthetic", "questions_file": None}   # where the questions come from

@@ -50,6 +50,20 @@ def run_logged(snakemake: Any, body: Callable[[], Any]) -> Any:
             sys.stdout.flush()
 
 
+def stage_threads(cfg: dict, given: int) -> int:
+    """The threads a stage job computes with: a training stage's own count (in its id:
+    plan.compute_threads) even where Snakemake gives fewer (``--cores 1``), so its bytes never
+    depend on the machine; any other stage takes what it is given."""
+    fixed = (cfg.get("model") or {}).get("threads")
+    if fixed is None:
+        return given
+    if int(fixed) != given:
+        logging.getLogger("martingale").warning(
+            "computing with %d threads (this stage's own count, in its id) where Snakemake gives %d",
+            int(fixed), given)
+    return int(fixed)
+
+
 def run_stage(snakemake: Any) -> None:
     """The job of the generic stage rule: each upstream stage folder is checked against its
     manifest, then the kind named by the rule runs its ``run`` with the stage's config slice, each
@@ -59,7 +73,7 @@ def run_stage(snakemake: Any) -> None:
     from .stages import kinds
     kind = kinds()[snakemake.rule]
     from .threads import use_threads
-    use_threads(snakemake.threads)
+    use_threads(stage_threads(dict(snakemake.params.cfg), int(snakemake.threads)))
     inputs = {role: Path(marker).parent for role, marker in snakemake.input.items()}
     for folder in inputs.values():
         require(folder)

@@ -265,8 +265,50 @@ def compose(overrides: Iterable[str], conf_dir: Path | str) -> dict:
 # --------------------------------------------------------------------------- fast path
 
 # Hydra-composed bases, pickled (unpickling is ~4x faster than deepcopy), keyed by the content of
-# the conf/ folder (every yaml but runs/) and the group choices: a Hydra compose costs ~0.1 s.
+# the conf/ folder (every yaml but runs/) and the group choices: a Hydra compose costs ~0.1 s. They
+# are kept on disk too (<project>/.cache/compose/, unresolved: ${oc.env:...} is read at each use),
+# keyed also by what Hydra composes them from besides conf/ (the schema nodes in its ConfigStore,
+# Hydra's and OmegaConf's versions), so a fresh process plans without composing.
 _BASES: dict[tuple[str, tuple], bytes] = {}
+CACHE_DIR = Path(".cache") / "compose"
+
+
+def _store_digest() -> str:
+    """What Hydra composes from besides conf/: the nodes stored in its ConfigStore (ours; not
+    Hydra's own hydra/ group, which it fills as it starts), and the versions."""
+    import hydra
+    import omegaconf
+
+    def walk(d: dict, prefix: str = ""):
+        for k, v in sorted(d.items()):
+            if isinstance(v, dict):
+                yield from walk(v, f"{prefix}{k}/")
+            else:
+                yield f"{prefix}{k}", OmegaConf.to_yaml(v.node)
+    h = hashlib.sha256(f"hydra {hydra.__version__} omegaconf {omegaconf.__version__}".encode())
+    ours = {k: v for k, v in ConfigStore.instance().repo.items() if k != "hydra"}
+    for name, text in walk(ours):
+        h.update(f"\0{name}\0{text}".encode())
+    return h.hexdigest()
+
+
+def _read_cached(path: Path) -> bytes | None:
+    """A cached base's pickle, or None when absent or unreadable (then it is composed again)."""
+    try:
+        blob = path.read_bytes()
+        pickle.loads(blob)
+        return blob
+    except Exception:
+        return None
+
+
+def _write_cached(path: Path, blob: bytes) -> None:
+    """Atomically (two planners writing one key write the same bytes); a read-only tree is fine."""
+    from ..io import write_bytes
+    try:
+        write_bytes(path, blob)
+    except OSError:
+        pass
 
 
 def _conf_digest(conf_dir: Path) -> str:
@@ -308,6 +350,7 @@ class Composer:
             for p in self.conf_dir.iterdir() if p.is_dir() and p.name != "runs"
         }
         self._digest = _conf_digest(self.conf_dir)
+        self._store = _store_digest()
         self._defaults = _default_choices(self.conf_dir)
         self._cache: dict[tuple[str, ...], dict] = {}
         self._base_infos: dict[tuple, tuple[DictConfig, dict, bool]] = {}
@@ -335,7 +378,12 @@ class Composer:
         key = (self._digest, group_choices)
         blob = _BASES.get(key)
         if blob is None:
-            blob = pickle.dumps(compose_cfg([f"{g}={c}" for g, c in group_choices], self.conf_dir))
+            name = hashlib.sha256(json.dumps([self._digest, self._store, group_choices]).encode()).hexdigest()
+            path = self.conf_dir.parent / CACHE_DIR / f"{name[:32]}.pkl"
+            blob = _read_cached(path)
+            if blob is None:
+                blob = pickle.dumps(compose_cfg([f"{g}={c}" for g, c in group_choices], self.conf_dir))
+                _write_cached(path, blob)
             _BASES[key] = blob
         return pickle.loads(blob)
 

@@ -17,7 +17,9 @@ generate through ``model.backend`` (``serves=False``) sees no serving keys (``mo
 ``server_url``, ``vllm``): the same model built under another engine is the same stage. Input roles name
 upstream stage folders: ``judge_model`` is the run's judge (``elicit.judge_model``: the natural
 model or the start model), ``human_model`` the episodes' human (the start model), any other role the
-model upstream. ``run(cfg, <roles>=folder, out_dir=folder)`` writes only out_dir; heavy libraries
+model upstream. A kind that ``trains`` (gradient steps) on a CPU model has its model's thread count
+(``model.resources.cpus``) in its slice: BLAS splits the gradient's sums by thread, so 1 and 2 threads
+give different bytes (measured), and the job computes with exactly that many whatever it is given. ``run(cfg, <roles>=folder, out_dir=folder)`` writes only out_dir; heavy libraries
 (torch, transformers) are imported inside it, so finding the kinds never loads them.
 """
 from __future__ import annotations
@@ -43,6 +45,7 @@ class StageKind:
     local: bool = False                             # runs on the submitting host, never as a job
     serves: bool = False                            # generates through model.backend (its keys matter)
     questions: bool = True                          # asks the world's questions (False: its clue table only)
+    trains: bool = False                            # takes gradient steps: on a CPU its bytes depend on the thread count
 
 
 _KINDS: dict[str, StageKind] = {}
@@ -50,15 +53,15 @@ _KINDS: dict[str, StageKind] = {}
 
 def stage_kind(name: str, place: str, keys: tuple[str, ...], inputs: tuple[str, ...] = (),
                when: Optional[Callable[[dict], bool]] = None, per_seed: bool = False,
-               local: bool = False, serves: bool = False,
-               questions: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+               local: bool = False, serves: bool = False, questions: bool = True,
+               trains: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the decorated ``run`` as stage kind ``name`` (see the module docstring)."""
     if place not in PLACES:
         raise ValueError(f"stage kind {name}: place {place!r} is not one of {', '.join(PLACES)}")
 
     def register(run: Callable[..., Any]) -> Callable[..., Any]:
         register_once(_KINDS, "stage kind", name, StageKind(name, place, tuple(keys), tuple(inputs), run, when,
-                                                           per_seed, local, serves, questions))
+                                                           per_seed, local, serves, questions, trains))
         return run
     return register
 

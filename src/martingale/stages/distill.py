@@ -125,7 +125,7 @@ def _loss_callback(steps: int, history: list[dict], losses: list[float], t0: flo
     return LossLog()
 
 
-@stage_kind("distill", "start", keys=("world", "model", "distill"), inputs=("base_model",), questions=False,
+@stage_kind("distill", "start", keys=("world", "model", "distill"), inputs=("base_model",), questions=False, trains=True,
             when=lambda cfg: cfg["start"] == "D")
 def run(cfg: dict[str, Any], base_model: Path, out_dir: Path) -> None:
     """cfg: world, model, distill; base_model: the start model's stage folder → out_dir/model (D)."""

@@ -92,7 +92,7 @@ def adapter_gap(policy, played, temperature: float) -> float:
 
 
 @stage_kind("instructor", "step", keys=("world", "model", "prompts", "simulate", "instructor"), inputs=("start_model", "human_model"),
-            per_seed=True, serves=True)
+            per_seed=True, serves=True, trains=True)
 def run(cfg: dict[str, Any], start_model: Path, human_model: Path, out_dir: Path) -> None:
     """cfg: world, model, simulate, instructor, stage, seed → out_dir/model (adapter merged),
     train.jsonl, stage.json."""

@@ -41,7 +41,7 @@ def mixture(world, rng: np.random.Generator, n: int, cfg: dict[str, Any],
     return pairs
 
 
-@stage_kind("pretrain", "source", keys=("world", "model", "pretrain"), questions=False,
+@stage_kind("pretrain", "source", keys=("world", "model", "pretrain"), questions=False, trains=True,
             when=lambda cfg: not cfg["model"].get("path"))
 def run(cfg: dict[str, Any], out_dir: Path) -> None:
     """cfg: world, model, pretrain → out_dir/model (HF folder) and stage.json."""

@@ -340,7 +340,7 @@ def write_trained(out_dir: Path, policy: Policy, start_digest: str, tokenizer, h
 
 
 @stage_kind("train", "step", keys=("world", "model", "elicit", "judge", "prompts"), inputs=("start_model", "judge_model"),
-            per_seed=True, serves=True)
+            per_seed=True, serves=True, trains=True)
 def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path) -> None:
     """cfg: world, model, elicit, stage, seed → out_dir/model (adapter merged), train.jsonl, stage.json.
     Its checkpoints (stages/checkpoint.py) live beside out_dir until the output is written."""
