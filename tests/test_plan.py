@@ -238,11 +238,12 @@ def test_a_kinds_resources_are_constants_only_where_all_its_stages_agree(proj):
 
 def test_a_training_stage_on_a_cpu_has_its_thread_count_in_its_id_and_an_eval_does_not(proj):
     # BLAS splits a gradient's sums by thread: pretrain at 1 and at 2 threads differ in their bytes
-    write_run(proj, "two-threads.yaml", "parent: base\nknob: model.resources.cpus=2\n")
+    write_run(proj, "one-thread.yaml", "parent: base\nknob: model.resources.pretrain_cpus=1\n")
     write_run(proj, "llama.yaml", "parent: base\nknob: model=llama31_8b\n")
     plan = Plan.load(proj)
-    one, two = plan.run_chain("base"), plan.run_chain("two-threads")
-    assert plan.stages[one[0]].cfg["model"]["threads"] == 1 and plan.stages[two[0]].cfg["model"]["threads"] == 2
+    two, one = plan.run_chain("base"), plan.run_chain("one-thread")
+    assert plan.stages[two[0]].cfg["model"]["threads"] == 2 and plan.stages[one[0]].cfg["model"]["threads"] == 1
+    assert plan.stages[two[0]].resources["threads"] == 2                  # and it asks Snakemake for 2
     assert one[0] != two[0]
     assert all("threads" not in plan.stages[s].cfg["model"] for s in one if plan.stages[s].kind == "evaluate")
     assert all("threads" not in plan.stages[s].cfg.get("model", {}) for s in plan.run_chain("llama"))  # on GPUs

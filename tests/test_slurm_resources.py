@@ -141,10 +141,11 @@ def test_tiny_stages_ask_for_cpus_memory_and_time_only(jobs):
     assert {j["rule"] for j in tiny} == {"pretrain", "evaluate"}   # base: pretrain + eval of s0
     for job in tiny:
         res = job["resources"]
-        assert job["threads"] == 1 and res["runtime"] == 30
+        cpus = 2 if job["rule"] == "pretrain" else 1     # tiny: resources.cpus 1, pretrain_cpus 2
+        assert job["threads"] == cpus and res["runtime"] == 30
         assert not {"gpu", "gpu_model", "gres"} & res.keys(), res
         flags = sbatch_flags(job)
-        for flag in ("--cpus-per-task=1", "--mem 4000", "-t 30", "--ntasks=1", "-p gpu-h200"):
+        for flag in (f"--cpus-per-task={cpus}", "--mem 4000", "-t 30", "--ntasks=1", "-p gpu-h200"):
             assert flag in flags, (flag, flags)
         assert "--gpus" not in flags and "--gres" not in flags, flags
 

@@ -91,7 +91,14 @@ def compute_threads(model: dict, kind: StageKind) -> Optional[int]:
     r = model.get("resources") or {}
     if not kind.trains or int(r.get("gpus") or 0) > 0:
         return None
-    return int(r.get("cpus", 1))
+    return kind_cpus(r, kind.name)
+
+
+def kind_cpus(resources: dict, kind: str) -> int:
+    """The CPUs a stage of this kind asks for: ``resources.cpus``, or ``pretrain_cpus`` for pretrain."""
+    if kind == "pretrain" and resources.get("pretrain_cpus"):
+        return int(resources["pretrain_cpus"])
+    return int(resources.get("cpus", 1))
 
 
 QUESTION_SOURCE = {"name": "synthetic", "questions_file": None}   # where the questions come from
@@ -165,7 +172,7 @@ def _one_kind(place: str, cfg: dict, name: Optional[str] = None) -> StageKind:
     return candidates[0]
 
 
-def _resources(model: dict) -> dict[str, Any]:
+def _resources(model: dict, kind: str = "") -> dict[str, Any]:
     """What a stage on this model asks a scheduler for, as Snakemake resources: ``threads``,
     ``mem_mb``, ``runtime`` (minutes) always; ``gpu`` (count) and ``gpu_model`` only when the model
     needs GPUs (``gpus`` > 0), so a CPU stage carries no GPU resource at all. ``gpu``/``gpu_model``
@@ -175,7 +182,7 @@ def _resources(model: dict) -> dict[str, Any]:
     r = model.get("resources") or {}
     out: dict[str, Any] = {
         "device": str(model.get("device", "auto")),
-        "threads": int(r.get("cpus", 1)),
+        "threads": kind_cpus(r, kind),
         "mem_mb": int(r.get("mem_mb", 1000)),
         "runtime": int(r.get("runtime_min", 60)),
     }
@@ -220,7 +227,7 @@ class Plan:
         slice_ = stage_slice(kind, cfg, step, seed)
         sid = stage_id(kind.name, slice_, roles)
         if sid not in self.stages:
-            self.stages[sid] = Stage(kind.name, sid, slice_, roles, _resources(cfg["model"]))
+            self.stages[sid] = Stage(kind.name, sid, slice_, roles, _resources(cfg["model"], kind.name))
             self._labels[sid] = label
         return sid
 

@@ -45,6 +45,7 @@ class Resources:
     gpus: int = 0
     gpu_model: Optional[str] = None
     runtime_min: int = 60
+    pretrain_cpus: Optional[int] = None   # the pretrain stage's CPUs (it runs alone at the start of every chain); null: cpus
 
 
 @dataclass
@@ -627,6 +628,7 @@ DOMAINS: dict[str, Domain] = {
     "model.resources.gpus": Int(0),
     "model.resources.gpu_model": Name(optional=True),
     "model.resources.runtime_min": COUNT,
+    "model.resources.pretrain_cpus": Maybe(COUNT),
     # elicit: beliefs/elicit.py reads the prior at round(cut · clues)
     "elicit.mode": InChoices(),
     "elicit.judge": InChoices(),
