@@ -33,7 +33,7 @@ pretrain: {steps: 20, batch_size: 8, warmup: 5}
 eval: {n_bootstrap: 20, min_parse_rate: 0}
 """
 # tiny.yaml asks for 2 cpus and runtime_min 30: one stage without history is 1 CPU-hour.
-BUDGET = "budget: {cpu_hours: 0.5}\n"
+BUDGET = "budget: {cpu_hours: 0.25}\n"
 
 
 def smk(root: Path, *args: str) -> subprocess.CompletedProcess:
@@ -93,8 +93,9 @@ def test_plan_cost_lists_built_stages_as_reused_and_the_rest_as_new(built):
     assert row(res.output, pretrain)[:3] == [pretrain, "tiny", "reused"]
     assert row(res.output, evaluate)[:4] == [evaluate, "tiny", "new", "30.0"]   # runtime_min: no history
     assert "1 run: 2 stages, 1 new, 1 reused from the store" in res.output
-    # the eval alone is over the 0.5 CPU-hour budget: plan --cost says snakemake would refuse it
-    assert "snakemake would refuse this build: budget: this build needs ~1.0 CPU-hours" in res.output
+    # the eval alone (30 min on 1 CPU) is over the 0.25 CPU-hour budget: plan --cost says snakemake
+    # would refuse it
+    assert "snakemake would refuse this build: budget: this build needs ~0.5 CPU-hours" in res.output
 
 
 def test_plan_cost_covers_each_run_and_its_parents_evals(proj):
@@ -160,8 +161,9 @@ def test_a_budget_below_the_estimate_stops_snakemake_before_any_job_runs(tmp_pat
     plan = Plan.load(root)
     res = smk(root, "results/base/eval.json")
     assert res.returncode != 0
-    expected = cost.over_budget(cost.estimate(plan, cost.build_stages(plan, ["base"]), root), {"cpu_hours": 0.5})
-    assert expected.startswith("budget: this build needs ~2.0 CPU-hours > budget.cpu_hours 0.5 (by 1.5)")
+    expected = cost.over_budget(cost.estimate(plan, cost.build_stages(plan, ["base"]), root), {"cpu_hours": 0.25})
+    # pretrain 30 min on 2 CPUs + its eval 30 min on 1
+    assert expected.startswith("budget: this build needs ~1.5 CPU-hours > budget.cpu_hours 0.25 (by 1.2)")
     assert res.stderr.rstrip().splitlines()[-1] == expected
     assert [line for line in res.stderr.splitlines() if line.startswith("budget:")] == [expected]
     assert not (root / "results").exists() and not (root / "logs").exists()   # no job ran, nothing written

@@ -259,9 +259,16 @@ def test_same_seed_gives_byte_identical_records(built, tmp_path):
     evaluate.run(cfg, built / stage_dir(inputs["model"]), built / stage_dir(inputs["judge_model"]),
                  tmp_path / "again")
     assert (tmp_path / "again/records.jsonl").read_bytes() == (built / ev["dir"] / "records.jsonl").read_bytes()
-    # ... and retraining the stage from the same start gives the same weights.
-    train.run(s2.cfg, built / stage_dir(s2.inputs["start_model"]), built / stage_dir(s2.inputs["judge_model"]),
-              tmp_path / "s2")
+    # ... and retraining the stage from the same start, on its own thread count as its job did
+    # (it is in the stage's id), gives the same weights.
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(s2.cfg["model"]["threads"])
+    try:
+        train.run(s2.cfg, built / stage_dir(s2.inputs["start_model"]), built / stage_dir(s2.inputs["judge_model"]),
+                  tmp_path / "s2")
+    finally:
+        torch.set_num_threads(before)
     assert (tmp_path / "s2/model/model.safetensors").read_bytes() == \
         (built / stage_dir(s2.id) / "model/model.safetensors").read_bytes()
     assert read_json(tmp_path / "s2/stage.json")["steps"] > 0

@@ -43,7 +43,7 @@ SMOKE = """
 # --- slurm smoke scale (tests/test_slurm_cluster.py): 1 CPU per stage, two stages at once ---
 world: {n_train: 16, n_heldout: 32, clues_per_question: 4}
 model: {hidden_size: 48, num_layers: 2, num_heads: 2, intermediate_size: 96,
-        resources: {cpus: 1, mem_mb: 1500, runtime_min: 10}}
+        resources: {cpus: 1, pretrain_cpus: null, mem_mb: 1500, runtime_min: 10}}
 pretrain: {steps: 150, batch_size: 32}
 distill: {steps: 20, batch_size: 16}
 eval: {n_bootstrap: 100}
