@@ -28,7 +28,7 @@ def generate(root: Path, n: int, seed: int = 0, repo: Path = REPO) -> None:
     """conf/ (groups from the repo) + a random tree of n runs, each one valid, non-no-op knob; the
     Snakefile and workflow/ beside them, so `snakemake -n all` plans them."""
     rng = random.Random(seed)
-    shutil.copytree(repo / "conf", root / "conf", ignore=shutil.ignore_patterns("runs"))
+    shutil.copytree(repo / "conf", root / "conf", ignore=shutil.ignore_patterns("runs", "findings.yaml"))
     shutil.copytree(repo / "workflow", root / "workflow")
     shutil.copy(repo / "Snakefile", root / "Snakefile")
     runs = root / "conf" / "runs"
