@@ -188,6 +188,24 @@ def test_a_smollm2_instructor_trains_three_iterations_against_a_smollm2_human(tm
 
 
 @pytest.mark.slow
+@pytest.mark.real("smollm2", "vllm")
+def test_a_vllm_served_smollm2_instructor_trains_with_its_adapter_served_in_place(tmp_path):
+    """The instructor generates through a vLLM server: after every step its adapter is saved,
+    loaded in the server and checked applied (model/vllm.py serve_adapter), as in the train stage."""
+    from martingale.stages import instructor
+    out = tmp_path / "out"
+    cfg = _instructor_cfg("model.backend=vllm", f"model.vllm.python={REPO / '.venv-vllm' / 'bin' / 'python'}",
+                          "instructor.iterations=2", "instructor.train_episodes=2",
+                          "simulate.human_model={backend: hf}")
+    instructor.run(cfg, start_model=SMOLLM2, human_model=SMOLLM2, out_dir=out)
+    history = [json.loads(x) for x in (out / "train.jsonl").read_text().splitlines()]
+    assert [h["iteration"] for h in history] == [0, 1] and all(h["adapter_gap"] > 1e-5 for h in history)
+    stage = json.loads((out / "stage.json").read_text())
+    assert stage["backend"] == "vllm" and stage["parity_probes"] > 0   # the server was checked against HF
+    assert not list(tmp_path.glob("*.adapter"))                          # the served adapter is not left behind
+
+
+@pytest.mark.slow
 @pytest.mark.real("smollm2")
 @pytest.mark.parametrize("fault, match", [
     ("mute", r"^instructor stage \(B reward\): the instructor said nothing \(empty utterance\) in 1 of 1 episodes "

@@ -104,17 +104,23 @@ def test_table_writes_runs_json_runs_md_and_runs_html(proj):
     assert all((proj / name).exists() and name in res.output for name in ("runs.json", "RUNS.md", "runs.html"))
 
 
-def test_status_prints_the_tree_with_states_and_the_runs_whose_parent_is_done(proj):
-    from martingale.config.runs import RunTree
-    tree = RunTree.load(proj / "conf", compose=False)
-    ready = sorted(r for r in tree.ids() if tree.specs[r].parent in (None, "D"))   # roots, D's children
+def test_status_prints_the_tree_with_states_and_the_runs_whose_parent_is_done_and_needs_met(proj, monkeypatch):
+    from martingale.needs import unmet
+    from martingale.plan import Plan
+    monkeypatch.delenv("DEEPSEEK_API_KEY", raising=False)
+    write_run(proj, "deepseek.yaml", "parent: null\nknob: setup=deepseek_c2\n")
+    (proj / "data").symlink_to(REPO / "data")
+    plan = Plan.load(proj)
+    ready = sorted(r for r in plan.run_ids() if plan.tree.specs[r].parent in (None, "D")   # roots, D's children
+                   and not unmet(plan.run_needs(r), proj))
     write_eval(proj, "D", {"s0": {"brier": 0.18, "ms": 0.11}})
     res = cli(proj, "status")
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
     assert any("└── D  done  start=D  Brier 0.1800" in ln for ln in lines)
-    assert "base" in ready and "A-on-D" in ready and "D" not in ready
-    assert f"can launch now: {len(ready)} (parent done)" in res.output
+    assert "base" in ready and "A-on-D" in ready and "D" not in ready and "deepseek" not in ready
+    assert any("deepseek  queued  setup=deepseek_c2  needs an API key in $DEEPSEEK_API_KEY" in ln for ln in lines)
+    assert f"can launch now: {len(ready)} (parent done, needs met)" in res.output
     assert " ".join(f"results/{r}/eval.json" for r in ready) in res.output
 
 

@@ -185,6 +185,7 @@ def status() -> None:
 
     from .table import TableError, build_table
     from .table import fmt
+    from .needs import Need, unmet
 
     try:
         rows = {r["run_id"]: r for r in build_table(STATE.root)}
@@ -204,6 +205,9 @@ def status() -> None:
             text += f"  Brier {fmt.brier(r['metrics'])}  MS {fmt.ms(r['metrics'])}"
         if r.get("invalid"):
             text += f"  bug: {r['invalid']}"
+        lacking = unmet([Need.from_tag(t) for t in r.get("needs") or []], STATE.root) if r["state"] != "done" else []
+        if lacking:
+            text += f"  [magenta]needs {'; '.join(map(str, lacking))}[/] (all skips it)"
         if r.get("log"):
             text += f"  log: {r['log']}"
         return text
@@ -217,9 +221,10 @@ def status() -> None:
     grow(tree, None)
     Console(highlight=False).print(tree)   # wraps long labels (the shared console crops them)
     pending = [r for r in rows.values() if r["state"] in ("queued", "crashed")]
-    ready = [r for r in pending if r["parent"] is None or rows[r["parent"]]["state"] == "done"]
+    ready = [r for r in pending if (r["parent"] is None or rows[r["parent"]]["state"] == "done")
+             and not unmet([Need.from_tag(t) for t in r.get("needs") or []], STATE.root)]
     waiting = len(pending) - len(ready)
-    table = Table(title=f"can launch now: {len(ready)} (parent done)  ·  waiting on a parent: {waiting}")
+    table = Table(title=f"can launch now: {len(ready)} (parent done, needs met)  ·  waiting: {waiting}")
     for col in ("run-id", "parent", "Δ vs parent", "question", "state"):
         table.add_column(col)
     for r in ready:

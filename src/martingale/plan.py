@@ -25,6 +25,7 @@ from typing import Any, Callable, NamedTuple, Optional
 from .config.runs import RunTree
 from .config.schema import plays_episodes, trains_instructor
 from .io import canonical_json, read_optional, write_text_if_changed
+from .needs import Need, stage_needs, unmet
 from .stages import StageKind, kinds
 
 STORE = "results/_store"
@@ -273,6 +274,7 @@ class Plan:
             "model": model.get("name"), "start": cfg["start"], "elicit": cfg["elicit"].get("mode"),
             "stage_chain": steps, "seeds": [int(s) for s in cfg["seeds"]],
             "config_hash": config_hash(cfg), "wandb": dict(cfg.get("wandb") or {}),
+            "needs": [n.tag for n in self.run_needs(run_id)],
         }
 
     # ---------------------------------------------------------------- queries
@@ -282,6 +284,24 @@ class Plan:
     def active_run_ids(self) -> list[str]:
         """Runs to build: every run not marked ``invalid``."""
         return [r for r in self._runs if not self.tree.specs[r].invalid]
+
+    def run_needs(self, run_id: str) -> list[Need]:
+        """What the run's stages need from the machine (martingale.needs), sorted."""
+        every = kinds()
+        return sorted({n for sid in self._chains[run_id] for n in
+                       stage_needs(every[self.stages[sid].kind], self.stages[sid].cfg, self.stages[sid].resources)})
+
+    def buildable_run_ids(self, cluster: bool = False) -> tuple[list[str], dict[str, list[Need]]]:
+        """The active runs whose needs this machine meets, and the others with what they lack:
+        what `snakemake all` builds and what it names instead."""
+        build, skip = [], {}
+        for run_id in self.active_run_ids():
+            missing = unmet(self.run_needs(run_id), self.root, cluster=cluster)
+            if missing:
+                skip[run_id] = missing
+            else:
+                build.append(run_id)
+        return build, skip
 
     def run_stages(self, run_id: str) -> list[RunStage]:
         return list(self._runs[run_id])
@@ -414,7 +434,9 @@ def conf_hash(conf_dir: Path | str) -> str:
 def read_index(root: Path | str) -> Optional[dict[str, Any]]:
     """``results/_store/index.json`` if it is there, readable, and in this format; else None."""
     index = read_optional(Path(root) / STORE / "index.json")
-    return index if isinstance(index, dict) and isinstance(index.get("runs"), dict) else None
+    runs = index.get("runs") if isinstance(index, dict) else None
+    # an index from before runs had needs is of an older format: computed again, never read as "none"
+    return index if isinstance(runs, dict) and all("needs" in r for r in runs.values()) else None
 
 
 def current_index(root: Path | str) -> dict[str, Any]:

@@ -34,10 +34,25 @@ def sid_pattern(kind):
     return f"{kind}-{ID_PATTERN}"
 
 
+_BUILDABLE = []
+
+
+def buildable_runs():
+    """The runs `all` builds: every run not marked invalid whose needs this machine meets
+    (martingale.needs: weights, vLLM, an API key, a GPU). Each run skipped is named once, with what
+    it lacks; a target named on the command line is built whatever its needs."""
+    if not _BUILDABLE:
+        build, skipped = PLAN.buildable_run_ids(cluster=workflow.non_local_exec)
+        for run, missing in skipped.items():
+            print(f"martingale: all skips {run}: it needs {'; '.join(map(str, missing))}", file=sys.stderr)
+        _BUILDABLE.append(build)
+    return _BUILDABLE[0]
+
+
 @per_job
 def all_targets(wildcards):
-    """Every run not marked invalid: its eval.json; then the runs table."""
-    return [f"results/{run}/eval.json" for run in PLAN.active_run_ids()] + ["runs.json"]
+    """Every buildable run (buildable_runs): its eval.json; then the runs table."""
+    return [f"results/{run}/eval.json" for run in buildable_runs()] + ["runs.json"]
 
 
 def stage_output(sid):
@@ -202,11 +217,11 @@ def run_files(wildcards):
 
 
 def requested_runs():
-    """Runs whose eval.json this invocation builds: every active run for `all` (the default
+    """Runs whose eval.json this invocation builds: every buildable run for `all` (the default
     target), else the runs whose results/<run>/eval.json is named on the command line."""
     targets = set(workflow.dag_settings.targets or ()) if workflow.dag_settings else set()
     if not targets or "all" in targets:
-        return set(PLAN.active_run_ids())
+        return set(buildable_runs())
     return {run for run in PLAN.run_ids() if f"results/{run}/eval.json" in targets}
 
 

@@ -26,12 +26,13 @@ in a stage job, its row and timings to the stage's live wandb run (train.report_
 """
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 from .. import rewards
-from . import stage_kind
+from . import checkpoint, stage_kind
 from .common import StageError, make_world, seed_everything
 
 ITERATION_SEED_STRIDE = 7919   # iteration k plays episodes seeded seed·7919 + k
@@ -99,6 +100,7 @@ def run(cfg: dict[str, Any], start_model: Path, human_model: Path, out_dir: Path
     import numpy as np
     import torch
 
+    from ..beliefs.elicit import probe_prompts
     from ..metrics import martingale_fit
     from ..model.backend import open_model
     from ..stats import MetricError
@@ -130,9 +132,14 @@ def run(cfg: dict[str, Any], start_model: Path, human_model: Path, out_dir: Path
     start = open_model(start_model, role_model(cfg, "instructor") if chat else cfg["model"])   # its own copy:
     # the adapter goes on it, the human stays as it is
     history: list[dict[str, Any]] = []
+    adapter_dir = checkpoint.folder(out_dir).with_suffix(".adapter")   # where a server backend loads it from
     try:
+        # the backend guards on fixed prompts: parity with HF, then each served adapter applied
+        probes = probe_prompts(train_q, prompts_cfg=cfg.get("prompts"), tokenizer=start.tokenizer)
+        guards = start.verify(list(probes))
         start_digest = weights_digest(start.model)
         policy = lora_policy(start, stage, cfg["model"])
+        policy.adapter_dir, policy.probes = adapter_dir, tuple(probes)
         pace, live = Pace(int(train["iterations"])), live_run()   # live: the stage's wandb run
         for it in range(int(train["iterations"])):
             t_it = time.perf_counter()
@@ -175,8 +182,9 @@ def run(cfg: dict[str, Any], start_model: Path, human_model: Path, out_dir: Path
     finally:
         human.close()
         start.close()
+        shutil.rmtree(adapter_dir, ignore_errors=True)
     write_trained(out_dir, policy, start_digest, start.tokenizer, history,
                   {"kind": "instructor", "reward": stage["reward"], "mode": sim["mode"],
-                   "iterations": len(history), "backend": cfg["model"]["backend"]},
+                   "iterations": len(history), "backend": cfg["model"]["backend"], **guards},
                   f"{name}: training did not move the instructor ({len(history)} iterations left the "
                   "merged weights equal to the start model's)")

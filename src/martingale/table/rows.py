@@ -171,6 +171,7 @@ def build_row(root: Path, tree: RunTree, index: dict, files: _Files, run_id: str
     row: dict[str, Any] = {"run_id": run_id, "parent": spec.parent, "knob": spec.knob}
     row.update(spec.metadata())
     row.update({k: info.get(k) for k in ("model", "start", "elicit", "stage_chain", "seeds", "config_hash")})
+    row["needs"] = list(info.get("needs", []))
     evals_path = root / "results" / run_id / "eval.json"
     done = evals_path.exists()
     evals = read_optional(evals_path) if done else None

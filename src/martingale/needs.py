@@ -1,0 +1,106 @@
+"""What a run needs from the machine that builds it, read off its stages' config slices: a model's
+weights folder, the vLLM environment, an API key's variable, a GPU.
+
+A run's needs are part of the plan (the same conf/, the same needs: the table's bytes never depend
+on the machine). Whether they are met is asked of the machine at parse time: ``snakemake all``
+builds the runs whose needs this machine meets and names the others on one line each, so the
+campaign on a CPU laptop skips the DeepSeek and Llama-8B runs instead of failing in them, while
+`martingale check` validates every run either way. A target named on the command line is built
+whatever its needs (its stage then fails with its own one-line error).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional
+from urllib.parse import urlparse
+
+LOOPBACK = ("localhost", "127.0.0.1", "::1")   # an endpoint on this machine: the user's own server, keyless allowed
+ROLES = ("human_model", "instructor_model")     # a two-agent episode's roles (simulate.<role>)
+DEFAULT_API_KEY_ENV = "MARTINGALE_API_KEY"      # schema.ApiModelConfig's default
+
+
+@dataclass(frozen=True, order=True)
+class Need:
+    """One thing a run's stages need: ``kind`` ∈ weights | vllm | api_key | gpu, ``what`` its path,
+    variable or count."""
+    kind: str
+    what: str = ""
+
+    @property
+    def tag(self) -> str:
+        """``kind:what`` (``gpu`` alone): how the plan index and runs.json write it."""
+        return f"{self.kind}:{self.what}" if self.what else self.kind
+
+    @classmethod
+    def from_tag(cls, tag: str) -> "Need":
+        kind, _, what = tag.partition(":")
+        return cls(kind, what)
+
+    def __str__(self) -> str:
+        return {"weights": f"weights {self.what} (a local HF folder: config.json)",
+                "vllm": f"vLLM at {self.what} (make vllm)",
+                "api_key": f"an API key in ${self.what}",
+                "gpu": "a GPU (model.resources.gpus > 0: nvidia-smi here, or a cluster executor)"}[self.kind]
+
+    def met(self, root: Path, env: Mapping[str, str], cluster: bool) -> bool:
+        """Does this machine (project root, environment, executor) meet it?"""
+        if self.kind == "weights":
+            return (_under(root, self.what) / "config.json").is_file()
+        if self.kind == "vllm":
+            return _under(root, self.what).is_file()
+        if self.kind == "api_key":
+            return bool(env.get(self.what))
+        return cluster or shutil.which("nvidia-smi") is not None
+
+
+def _under(root: Path, path: str) -> Path:
+    p = Path(path)
+    return p if p.is_absolute() else root / p
+
+
+def _endpoint_needs(api: Mapping[str, Any], default_env: str) -> list[Need]:
+    """An endpoint off this machine needs its key's variable set; a loopback one (a vLLM server the
+    user started) may run keyless."""
+    host = urlparse(str(api.get("base_url") or "")).hostname or ""
+    if host in LOOPBACK:
+        return []
+    return [Need("api_key", str(api.get("api_key_env") or default_env))]
+
+
+def _model_needs(model: Mapping[str, Any], serves: bool) -> list[Need]:
+    """A model config's serving needs: vLLM's environment, or the api endpoint's key."""
+    backend = model.get("backend", "hf")
+    if serves and backend == "vllm":
+        return [Need("vllm", str((model.get("vllm") or {}).get("python") or ".venv-vllm/bin/python"))]
+    if backend == "api":
+        return _endpoint_needs(model.get("api") or {}, DEFAULT_API_KEY_ENV)
+    return []
+
+
+def stage_needs(kind: Any, cfg: Mapping[str, Any], resources: Mapping[str, Any]) -> set[Need]:
+    """What one stage needs, from its kind, its config slice and its Snakemake resources."""
+    out: set[Need] = set()
+    model = cfg.get("model") or {}
+    if kind.place == "source" and model.get("path"):
+        out.add(Need("weights", str(model["path"])))
+    out.update(_model_needs(model, kind.serves))
+    for role in ROLES:
+        over = (cfg.get("simulate") or {}).get(role)
+        if over:
+            out.update(_model_needs({**model, **over, "api": {**(model.get("api") or {}), **(over.get("api") or {})}},
+                                    serves=True))
+    if "judge" in cfg:   # in a slice only where the api judge reads the beliefs (plan.USED_WHEN)
+        out.update(_endpoint_needs(cfg["judge"], "MARTINGALE_JUDGE_API_KEY"))
+    if int(resources.get("gpu") or 0) > 0:
+        out.add(Need("gpu"))
+    return out
+
+
+def unmet(needs: Iterable[Need], root: Path | str, env: Optional[Mapping[str, str]] = None,
+          cluster: bool = False) -> list[Need]:
+    """The needs this machine does not meet, sorted."""
+    env = os.environ if env is None else env
+    return sorted(n for n in set(needs) if not n.met(Path(root), env, cluster))
