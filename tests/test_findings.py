@@ -121,6 +121,7 @@ ENTRY = 'x:\n  claim: C1\n  log: l\n  statement: s\n  test: {{run: {0}, metric: 
     (ENTRY.format("D", "ms slope", "> 0"), "x: test.metric:"),
     (ENTRY.format("D", "counts.beats_everyone", "all"), "x: test.metric:"),
     (ENTRY.format("D", "counts.full_deflation", "> 0"), "x: test.expect:"),
+    (ENTRY.format("D", "ms", "> 0") + "  why: [a, list]\n", "x: why: expected a non-empty string"),
 ])
 def test_a_bad_findings_file_is_one_line_naming_the_file_and_key_and_writes_nothing(proj, text, key):
     (proj / "conf" / "findings.yaml").write_text(text, encoding="utf-8")
@@ -130,6 +131,17 @@ def test_a_bad_findings_file_is_one_line_naming_the_file_and_key_and_writes_noth
     message = str(e.value)
     assert message.startswith("conf/findings.yaml: ") and key in message and "\n" not in message
     assert snapshot(proj) == before
+
+
+def test_a_findings_measured_why_is_printed_under_its_result(proj):
+    finding(proj)
+    with open(proj / "conf" / "findings.yaml", "a", encoding="utf-8") as f:
+        f.write('  why: "A rewards the update\'s mean: 65% of its variance"\n')
+    write_eval(proj, "D", {"s0": {"ms": -0.1, "ms_ci": [-0.2, -0.05]}})
+    write_table(proj)
+    md = (proj / "FINDINGS.md").read_text(encoding="utf-8").splitlines()
+    result = next(i for i, ln in enumerate(md) if ln.startswith("- Result: ") and "not reproduced" in ln)
+    assert md[result + 1] == "- Why: A rewards the update's mean: 65% of its variance"
 
 
 def test_findings_md_is_the_same_bytes_on_regeneration(proj):

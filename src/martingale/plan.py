@@ -136,10 +136,21 @@ def _simulate_slice(simulate: dict, kind: StageKind) -> dict:
     return {k: v for k, v in simulate.items() if not (k in ("human_model", "instructor_model") and v is None)}
 
 
+PRETRAIN_TEACHER_KEYS = ("teacher", "yes_shift", "sharpen", "misread")   # stages/pretrain.py TEACHER_KEYS
+
+
+def _pretrain_slice(pretrain: dict, kind: Optional[StageKind] = None) -> dict:
+    """``pretrain`` without its teacher's keys while the teacher is calibrated (the ids of every run
+    from before the miscalibrated base existed stay as they were)."""
+    if pretrain.get("teacher", "calibrated") != "calibrated":
+        return pretrain
+    return {k: v for k, v in pretrain.items() if k not in PRETRAIN_TEACHER_KEYS}
+
+
 # How a section is cut for a kind's slice, where it is not taken whole.
 SECTION_SLICES: dict[str, Callable[[dict, StageKind], dict]] = {
     "model": _model_slice, "world": _world_slice, "elicit": _elicit_slice, "prompts": _prompts_slice,
-    "simulate": _simulate_slice}
+    "simulate": _simulate_slice, "pretrain": _pretrain_slice}
 
 # Keys a stage sees only where they are used, so a run that uses neither keeps its ids whatever they
 # say: judge.* where beliefs are read by the api judge (its address too, like a generating stage's
@@ -410,6 +421,8 @@ def run_identity(cfg: dict) -> dict:
         out["model"] = {k: v for k, v in out["model"].items() if not (k == "api" and out["model"].get("backend") != "api")}
     if "prompts" in out:
         out["prompts"] = {k: v for k, v in out["prompts"].items() if not (k == "episode" and v is None)}
+    if "pretrain" in out:
+        out["pretrain"] = _pretrain_slice(out["pretrain"])
     if "simulate" in out:
         out["simulate"] = {k: v for k, v in out["simulate"].items()
                            if not (k in ("human_model", "instructor_model") and v is None)}

@@ -117,6 +117,22 @@ def martingale_A(prior, posterior, *, info_coef: float, info_eps: float, **_) ->
     return -delta * predicted - info
 
 
+@reward("A_slope", needs=("prior", "posterior", "stated"), params=("info_coef", "info_eps"))
+def martingale_A_slope(prior, posterior, *, info_coef: float, info_eps: float, **_) -> np.ndarray:
+    """A_slope: −Δ·b·(prior − p̄) − info_coef·relu(info_eps − |Δ|), b the in-batch OLS slope of Δ
+    on the prior, p̄ the batch's mean prior: A without its mean-update term. A's Δ̂ = a + b·prior is
+    mean(Δ) + b·(prior − p̄); this keeps only the part the prior predicts beyond the batch's mean
+    update, the control that says how much of A's effect is its mean term (scripts/reward_trace.py).
+    """
+    import numpy as np
+    delta = posterior - prior
+    _, b = _ols(prior, delta)
+    ok = np.isfinite(prior)
+    centred = prior - (prior[ok].mean() if ok.any() else 0.0)
+    info = info_coef * np.maximum(0.0, info_eps - np.abs(delta))
+    return -delta * b * centred - info
+
+
 @reward("B", needs=("stated", "y"))
 def brier_B(stated, y, **_) -> np.ndarray:
     """B (supervised): −(y − stated P)²."""

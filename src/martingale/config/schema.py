@@ -118,6 +118,14 @@ class PretrainConfig:
     snap_fraction: float = 0.25
     read_fraction: float = 0.15
     negation_fraction: float = 0.25
+    # The natural base's teacher: calibrated (the Bayes reasoner), or miscalibrated as the log's real
+    # natural bases were (Llama-3.1-8B: Brier 0.2546 against the constant's 0.211, mean belief ≈ +0.1
+    # above the base rate): it leans yes_shift nats toward yes, sharpens every step and misreads a
+    # clue's sign with probability misread (poor resolution). Its keys are in no id while calibrated.
+    teacher: str = "calibrated"   # calibrated | miscalibrated
+    yes_shift: float = 0.5        # nats
+    sharpen: float = 1.3
+    misread: float = 0.3
 
 
 @dataclass
@@ -683,6 +691,10 @@ DOMAINS: dict[str, Domain] = {
     "pretrain.snap_fraction": FRACTION,
     "pretrain.read_fraction": FRACTION,
     "pretrain.negation_fraction": FRACTION,
+    "pretrain.teacher": InChoices(),
+    "pretrain.yes_shift": Real(-20, 20),          # nats
+    "pretrain.sharpen": POSITIVE,
+    "pretrain.misread": Real(0, 0.5, hi_open=True),           # a probability below ½ (at ½ a clue says nothing)
     "distill.seed": SEED,
     "distill.steps": COUNT,
     "distill.batch_size": COUNT,
@@ -951,6 +963,7 @@ FIXED_CHOICES: dict[str, tuple[Any, ...]] = {
     "elicit.judge_model": ("base", "start"),
     "elicit.read": ("verbal", "forced"),
     "distill.teacher": ("entrench", "overconfident", "both"),
+    "pretrain.teacher": ("calibrated", "miscalibrated"),
     "stages.*.filter": (None, "top-half", "top-quartile"),
     "wandb.mode": ("offline", "online", "disabled"),
 }

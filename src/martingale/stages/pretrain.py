@@ -41,6 +41,17 @@ def mixture(world, rng: np.random.Generator, n: int, cfg: dict[str, Any],
     return pairs
 
 
+
+
+def teacher_traits(p: dict[str, Any], unit: float) -> dict[str, Any] | None:
+    """The natural base's teacher for mixture: None (the calibrated reasoner) or the miscalibrated
+    one's lean, sharpening and misreads (``pretrain.teacher``), its gut answers leaning as its traces."""
+    if p.get("teacher", "calibrated") == "calibrated":
+        return None
+    return {"shift": int(round(float(p["yes_shift"]) / unit)), "sharpen": float(p["sharpen"]),
+            "misread": float(p["misread"]), "snap_shift": float(p["yes_shift"])}
+
+
 @stage_kind("pretrain", "source", keys=("world", "model", "pretrain"), questions=False, trains=True,
             when=lambda cfg: not cfg["model"].get("path"))
 def run(cfg: dict[str, Any], out_dir: Path) -> None:
@@ -65,7 +76,8 @@ def run(cfg: dict[str, Any], out_dir: Path) -> None:
             log.info("pretrain step %d loss %.4f (%.0fs)", step, loss, time.time() - t0)
             history.append({"step": step, "loss": round(loss, 6)})
 
-    final = supervised_loop(model, tokenizer, lambda s: mixture(world, rng, p["batch_size"], p),
+    teacher = teacher_traits(p, world.unit)
+    final = supervised_loop(model, tokenizer, lambda s: mixture(world, rng, p["batch_size"], p, teacher),
                             steps=int(p["steps"]), lr=float(p["lr"]), warmup=int(p["warmup"]),
                             on_step=on_step)
     with io.atomic_dir(out_dir) as tmp:

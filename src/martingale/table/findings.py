@@ -27,6 +27,7 @@ COUNTS = ("counts.beats_natural_base", "counts.full_deflation", "counts.beats_co
           "counts.beats_parent")
 COUNT_EXPECTS = ("all", "none", "some")     # of a seed count k/n: k = n, k = 0, 0 < k < n
 KEYS = ("claim", "log", "statement", "test")
+OPTIONAL_KEYS = ("why",)   # why the result is what it is, measured: FINDINGS.md prints it under the result
 TEST_KEYS = ("run", "stage", "metric", "expect")
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NO_RESULT = "reproduced", "not reproduced", "inconclusive", "no result yet"
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
@@ -69,6 +70,7 @@ class Finding:
     stage: str
     metric: str
     expect: str
+    why: Optional[str] = None
 
 
 def _finding(fid: str, spec: Any, run_ids: set[str]) -> Finding:
@@ -83,9 +85,9 @@ def _finding(fid: str, spec: Any, run_ids: set[str]) -> Finding:
     for key in KEYS:
         if key not in spec:
             raise bad(key, "missing")
-    if extra := sorted(set(map(str, spec)) - set(KEYS)):
-        raise bad(extra[0], "unknown key (expected " + ", ".join(KEYS) + ")")
-    for key in ("claim", "log", "statement"):
+    if extra := sorted(set(map(str, spec)) - set(KEYS) - set(OPTIONAL_KEYS)):
+        raise bad(extra[0], "unknown key (expected " + ", ".join(KEYS) + "; optional " + ", ".join(OPTIONAL_KEYS) + ")")
+    for key in ("claim", "log", "statement") + tuple(k for k in OPTIONAL_KEYS if k in spec):
         if not isinstance(spec[key], str) or not spec[key].strip():
             raise bad(key, "expected a non-empty string")
     test = spec["test"]
@@ -116,7 +118,7 @@ def _finding(fid: str, spec: Any, run_ids: set[str]) -> Finding:
             raise bad("test.expect", f"{test['expect']!r} is not one of " + ", ".join(f"'{e}'" for e in EXPECTS))
         expect = f"{expect[0]} 0"
     return Finding(fid, spec["claim"].strip(), spec["log"].strip(), " ".join(spec["statement"].split()),
-                   run, stage, metric, expect)
+                   run, stage, metric, expect, " ".join(spec["why"].split()) if "why" in spec else None)
 
 
 def load(root: Path, run_ids: set[str]) -> Optional[list[Finding]]:
@@ -300,6 +302,8 @@ def _section(f: Finding, r: Result) -> list[str]:
         for seed, value, ci in r.samples:
             v = judge(f.expect, ci) if value is not None and ci is not None else "no CI"
             lines.append(f"  - seed {seed}: {fmt.num(value, d, signed)}{fmt.ci(ci, d, signed)} → {v}")
+    if f.why:
+        lines.append(f"- Why: {f.why}")
     return lines + [""]
 
 

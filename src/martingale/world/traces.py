@@ -37,18 +37,22 @@ def units_to_p(units: int, unit: float) -> float:
 
 def reasoned(world: SyntheticWorld, q: Question, rng: np.random.Generator | None = None,
              agree: float = 1.0, disagree: float = 1.0, jitter: float = 0.0,
-             shift: int = 0, sharpen: float = 1.0) -> tuple[str, list[int]]:
+             shift: int = 0, sharpen: float = 1.0, misread: float = 0.0) -> tuple[str, list[int]]:
     """A reasoned completion and its running totals. The defaults: the calibrated reasoner.
 
     The confirmation-biased reasoner multiplies a clue's step by ``agree`` when it points the way
     the evidence read so far already leans (the sum of the steps before it) and by ``disagree``
     when it points against it. The over-confident reasoner starts ``shift`` units toward yes
     (whatever the question asks: an acquiescent lean) and multiplies every step by ``sharpen``.
+    The noisy reasoner reads each clue's direction wrong with probability ``misread`` (``rng``
+    draws it; no draw is made at 0, so the calibrated traces stay as they were).
     """
     total = world.prior_units(q.negated) + shift
     words, totals = ["think", fmt_int(total)], [total]
     for c in q.clues:
         step = world.step_units(c, q.negated)
+        if misread and rng is not None and rng.random() < misread:
+            step = -step
         lean = np.sign(total - totals[0])
         w = 1.0
         if lean != 0 and step != 0 and (agree != 1.0 or disagree != 1.0):
