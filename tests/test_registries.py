@@ -47,7 +47,7 @@ def test_a_registered_reward_is_an_allowed_stage_reward(scaled_brier):
 
 def test_an_unregistered_reward_is_no_longer_allowed():
     assert "Rtest" not in choices()["stages.*.reward"]
-    assert set(choices()["stages.*.reward"]) == {None, "A", "B", "C", "BP", "episode_ms", "product", "symabs", "hinge"}
+    assert set(choices()["stages.*.reward"]) == {None, "A", "A_slope", "B", "C", "BP", "episode_ms", "product", "symabs", "hinge"}
 
 
 def test_a_run_may_name_a_registered_reward(proj, scaled_brier):
@@ -81,7 +81,7 @@ def test_a_reward_name_registers_once(scaled_brier):
 
 def test_builtin_rewards_declare_what_they_read_and_their_stage_keys():
     needs = {n: r.needs for n, r in rewards.REWARDS.items()}
-    assert needs == {"A": ("prior", "posterior", "stated"), "B": ("stated", "y"),
+    assert needs == {"A": ("prior", "posterior", "stated"), "A_slope": ("prior", "posterior", "stated"), "B": ("stated", "y"),
                      "C": ("prior", "posterior", "stated", "y"), "BP": ("prior", "posterior", "stated", "y"),
                      "episode_ms": ("prior", "posterior"), "product": ("prior", "posterior"),
                      "symabs": ("trajectory",), "hinge": ("trajectory", "y")}

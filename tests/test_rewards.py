@@ -86,3 +86,22 @@ def test_an_unparsed_turn_leaves_its_episode_unscored():
 
 def test_episode_rewards_read_the_trajectory_and_the_others_do_not():
     assert {n for n, r in rewards.REWARDS.items() if r.episodic} == {"symabs", "hinge"}
+
+
+def test_a_slope_is_a_without_its_mean_update_term():
+    """A's Δ̂ = a + b·prior = mean(Δ) + b·(prior − p̄): A_slope keeps only the second part, so
+    A − A_slope = −mean(Δ)·Δ (info terms equal), and a batch whose updates share one mean but do
+    not depend on the prior scores 0 under A_slope (less the info term)."""
+    import numpy as np
+
+    from martingale import rewards
+    rng = np.random.default_rng(0)
+    prior = rng.uniform(0.1, 0.9, 200)
+    post = np.clip(prior - 0.1 + 0.3 * (prior - 0.5) + rng.normal(0, 0.05, 200), 0, 1)
+    cfg = {"info_coef": 1.0, "info_eps": 0.02}
+    a = rewards.bind("A", cfg)(prior=prior, posterior=post, stated=post)
+    a_slope = rewards.bind("A_slope", cfg)(prior=prior, posterior=post, stated=post)
+    delta = post - prior
+    np.testing.assert_allclose(a - a_slope, -delta.mean() * delta, atol=1e-9)
+    flat = prior - 0.2                          # every update −0.2 whatever the prior
+    np.testing.assert_allclose(rewards.bind("A_slope", cfg)(prior=prior, posterior=flat, stated=flat), 0, atol=1e-9)
