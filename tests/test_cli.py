@@ -56,7 +56,21 @@ def test_the_live_campaign_in_conf_passes_check():
     """The repository's own conf/ (whatever runs the user has added or removed) validates."""
     res = cli(REPO, "check")
     assert res.exit_code == 0, res.output
-    assert res.output.strip() == f"{len(run_files(REPO))} runs OK"
+    assert res.output.strip().startswith(f"{len(run_files(REPO))} runs OK")
+
+
+def test_check_validates_the_findings_file_against_the_runs_in_one_line(proj):
+    """A finding whose run file was removed fails check, not only the table step at the end."""
+    (proj / "conf" / "findings.yaml").write_text(
+        'gone:\n  claim: C1\n  log: l\n  statement: s\n  test: {run: no-such-run, metric: ms, expect: "> 0"}\n')
+    res = cli(proj, "check")
+    assert res.exit_code == 1
+    assert res.output.strip() == ("error: conf/findings.yaml: gone: test.run: unknown run-id 'no-such-run' "
+                                  "(no conf/runs/no-such-run.yaml)")
+    (proj / "conf" / "findings.yaml").write_text(
+        'ok:\n  claim: C1\n  log: l\n  statement: s\n  test: {run: D, metric: ms, expect: "> 0"}\n')
+    res = cli(proj, "check")
+    assert res.exit_code == 0 and res.output.strip() == f"{len(run_files(proj))} runs OK, 1 findings OK"
 
 
 def test_check_exits_1_with_the_one_line_error(proj):

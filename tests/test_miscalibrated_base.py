@@ -93,3 +93,20 @@ def test_check_refuses_a_bad_teacher_value_naming_the_key(knob, key):
     with pytest.raises(ComposeError) as e:
         Composer(FIXTURE / "conf").compose([knob])
     assert e.value.key == key
+
+
+def test_the_drifting_teachers_lean_grows_along_its_trace_and_is_in_no_other_d_id(world):
+    """distill.teacher=drift (the log's D): every step moves yes_drift toward yes, so its mean
+    update is toward yes; the default D's yes_drift is in no id."""
+    from martingale.stages.distill import teacher_traits as d_traits
+    cfg = Composer(FIXTURE / "conf").compose(["distill.teacher=drift"])
+    t = d_traits(cfg["distill"], world.unit)
+    assert t["drift"] == 1 and "shift" not in t
+    qs = world.sample(500, np.random.default_rng(8), "x")
+    rng = np.random.default_rng(9)
+    updates = [np.diff(traces.reasoned(world, q, rng, **t)[1]).mean() for q in qs]
+    calibrated = [np.diff(traces.reasoned(world, q)[1]).mean() for q in qs]
+    assert np.mean(updates) > np.mean(calibrated) + 0.5
+    distill = kinds()["distill"]
+    assert "yes_drift" not in stage_slice(distill, Composer(FIXTURE / "conf").compose(["start=D"]))["distill"]
+    assert stage_slice(distill, cfg)["distill"]["yes_drift"] == 0.25

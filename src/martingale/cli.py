@@ -155,9 +155,17 @@ def diff(a: str = typer.Argument(..., help="Run-id A."), b: str = typer.Argument
 
 @app.command()
 def check() -> None:
-    """Validate every run file and compose every run's config."""
+    """Validate every run file and compose every run's config; then the other config files the
+    build reads: conf/claims.yaml and conf/findings.yaml (each finding's run must exist)."""
+    from .table import TableError, findings, load_claims
     tree = _tree()
-    out.print(f"{len(tree)} runs OK", markup=False)
+    try:
+        load_claims(STATE.root)
+        found = findings.load(STATE.root, set(tree.ids()))
+    except TableError as e:
+        fail(str(e))
+        return
+    out.print(f"{len(tree)} runs OK" + (f", {len(found)} findings OK" if found is not None else ""), markup=False)
 
 
 @app.command("table")

@@ -147,10 +147,16 @@ def _pretrain_slice(pretrain: dict, kind: Optional[StageKind] = None) -> dict:
     return {k: v for k, v in pretrain.items() if k not in PRETRAIN_TEACHER_KEYS}
 
 
+def _distill_slice(distill: dict, kind: Optional[StageKind] = None) -> dict:
+    """``distill`` without ``yes_drift`` unless its teacher drifts (the ids of every D from before
+    the drifting teacher existed stay as they were)."""
+    return distill if distill.get("teacher") == "drift" else {k: v for k, v in distill.items() if k != "yes_drift"}
+
+
 # How a section is cut for a kind's slice, where it is not taken whole.
 SECTION_SLICES: dict[str, Callable[[dict, StageKind], dict]] = {
     "model": _model_slice, "world": _world_slice, "elicit": _elicit_slice, "prompts": _prompts_slice,
-    "simulate": _simulate_slice, "pretrain": _pretrain_slice}
+    "simulate": _simulate_slice, "pretrain": _pretrain_slice, "distill": _distill_slice}
 
 # Keys a stage sees only where they are used, so a run that uses neither keeps its ids whatever they
 # say: judge.* where beliefs are read by the api judge (its address too, like a generating stage's
@@ -423,6 +429,8 @@ def run_identity(cfg: dict) -> dict:
         out["prompts"] = {k: v for k, v in out["prompts"].items() if not (k == "episode" and v is None)}
     if "pretrain" in out:
         out["pretrain"] = _pretrain_slice(out["pretrain"])
+    if "distill" in out:
+        out["distill"] = _distill_slice(out["distill"])
     if "simulate" in out:
         out["simulate"] = {k: v for k, v in out["simulate"].items()
                            if not (k in ("human_model", "instructor_model") and v is None)}

@@ -144,6 +144,11 @@ class DistillConfig:
                                   # (yes_shift, sharpen), meanP ≫ base rate with MS ≈ 0; both: the two
     yes_shift: float = 2.5        # nats the over-confident teacher starts toward yes
     sharpen: float = 1.3          # its multiplier on every step (beliefs more extreme than the evidence)
+    # drift: the log's D as it describes it (meanP 0.61–0.64 against a base rate ≈ 0.30, extremizing
+    # along its trace): entrench's weights plus yes_drift nats toward yes at every step, so its lean
+    # grows along the trace (its mean update is toward yes) instead of starting there and being
+    # corrected (overconfident's). In no id unless teacher=drift.
+    yes_drift: float = 0.25       # nats per step
 
 
 @dataclass
@@ -706,6 +711,7 @@ DOMAINS: dict[str, Domain] = {
     "distill.teacher": InChoices(),
     "distill.yes_shift": Real(-20, 20),           # nats
     "distill.sharpen": POSITIVE,
+    "distill.yes_drift": Real(-5, 5),             # nats per step
     # stages.*: stages/train.py, rewards.py
     "stages.*.kind": InChoices(),
     "stages.*.reward": InChoices(),
@@ -962,7 +968,7 @@ FIXED_CHOICES: dict[str, tuple[Any, ...]] = {
     "elicit.mode": ("snap", "samemode"),
     "elicit.judge_model": ("base", "start"),
     "elicit.read": ("verbal", "forced"),
-    "distill.teacher": ("entrench", "overconfident", "both"),
+    "distill.teacher": ("entrench", "overconfident", "both", "drift"),
     "pretrain.teacher": ("calibrated", "miscalibrated"),
     "stages.*.filter": (None, "top-half", "top-quartile"),
     "wandb.mode": ("offline", "online", "disabled"),

@@ -48,7 +48,7 @@ def lora_config(d: dict[str, Any], model_cfg: dict[str, Any]):
 
 def teacher_traits(d: dict[str, Any], unit: float) -> dict[str, Any]:
     """The biased teacher's traits for pretrain.mixture, from ``distill``: what ``teacher`` turns on."""
-    entrench, over = d["teacher"] in ("entrench", "both"), d["teacher"] in ("overconfident", "both")
+    entrench, over = d["teacher"] in ("entrench", "both", "drift"), d["teacher"] in ("overconfident", "both")
     traits: dict[str, Any] = {}
     if entrench:
         traits.update(agree=float(d["agree_weight"]), disagree=float(d["disagree_weight"]),
@@ -56,6 +56,8 @@ def teacher_traits(d: dict[str, Any], unit: float) -> dict[str, Any]:
     if over:
         traits.update(shift=int(round(float(d["yes_shift"]) / unit)), sharpen=float(d["sharpen"]),
                       snap_shift=float(d["yes_shift"]))
+    if d["teacher"] == "drift":
+        traits.update(drift=int(round(float(d["yes_drift"]) / unit)))   # its gut (snap) answers: the calibrated ones
     return traits
 
 

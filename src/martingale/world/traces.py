@@ -37,7 +37,7 @@ def units_to_p(units: int, unit: float) -> float:
 
 def reasoned(world: SyntheticWorld, q: Question, rng: np.random.Generator | None = None,
              agree: float = 1.0, disagree: float = 1.0, jitter: float = 0.0,
-             shift: int = 0, sharpen: float = 1.0, misread: float = 0.0) -> tuple[str, list[int]]:
+             shift: int = 0, sharpen: float = 1.0, misread: float = 0.0, drift: int = 0) -> tuple[str, list[int]]:
     """A reasoned completion and its running totals. The defaults: the calibrated reasoner.
 
     The confirmation-biased reasoner multiplies a clue's step by ``agree`` when it points the way
@@ -45,7 +45,8 @@ def reasoned(world: SyntheticWorld, q: Question, rng: np.random.Generator | None
     when it points against it. The over-confident reasoner starts ``shift`` units toward yes
     (whatever the question asks: an acquiescent lean) and multiplies every step by ``sharpen``.
     The noisy reasoner reads each clue's direction wrong with probability ``misread`` (``rng``
-    draws it; no draw is made at 0, so the calibrated traces stay as they were).
+    draws it; no draw is made at 0, so the calibrated traces stay as they were). The drifting
+    reasoner adds ``drift`` units toward yes at every step: a lean that grows along the trace.
     """
     total = world.prior_units(q.negated) + shift
     words, totals = ["think", fmt_int(total)], [total]
@@ -61,6 +62,7 @@ def reasoned(world: SyntheticWorld, q: Question, rng: np.random.Generator | None
                 w = max(0.0, w + jitter * rng.standard_normal())
         if w != 1.0 or sharpen != 1.0:
             step = int(np.rint(step * sharpen * w))
+        step += drift
         total = int(np.clip(total + step, -MAX_TOTAL, MAX_TOTAL))
         words += [f"c{c}", fmt_int(step), "->", fmt_int(total)]
         totals.append(total)
