@@ -32,10 +32,15 @@ campaign: install vllm smollm2  ## the whole campaign: every valid run in conf/r
 	$(BIN)/snakemake --profile profiles/local -c$(CORES) all
 	$(BIN)/martingale figure modes
 
-test: install smollm2 vllm system-packages  ## lint the workflow (with each profile), then unit tests, the browser test, the end-to-end chain, the vLLM server tests and the SLURM cluster test at smoke scale
+test: install smollm2 vllm system-packages  ## ruff (imports sorted, pyflakes, bugbear), lint the workflow (with each profile), then unit tests, the browser test, the end-to-end chain, the vLLM server tests and the SLURM cluster test at smoke scale
+	$(BIN)/ruff check .
 	$(BIN)/snakemake --lint --profile profiles/local
 	$(BIN)/snakemake --lint --profile profiles/slurm
 	$(BIN)/pytest -q -rs --durations=25
+
+lint: install  ## ruff and Snakemake's lint, what make test runs first
+	$(BIN)/ruff check .
+	$(BIN)/snakemake --lint --profile profiles/local
 
 table: install
 	$(BIN)/martingale table

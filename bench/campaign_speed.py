@@ -24,6 +24,7 @@ sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "bench"))
 
 import plan_bench  # noqa: E402
+
 from martingale import buildlog  # noqa: E402
 
 NOT_STAGES = {"aggregate", "runs_table", "all"}

@@ -32,7 +32,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 from omegaconf import OmegaConf
 
@@ -190,9 +189,8 @@ def smollm2(steps: int, model_path: Path | None, loss_batch: int | None) -> None
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
-
     from transformers.utils import logging as hf_logging
+    from trl import GRPOConfig, GRPOTrainer
     hf_logging.disable_progress_bar()
     logging.getLogger("trl").setLevel(logging.ERROR)   # "all reward functions returned None": counted below
     work = Path(tempfile.mkdtemp(prefix="rlbench-smollm2-"))

@@ -90,8 +90,7 @@ def convert(gguf: Path, build: Path) -> dict[str, str]:
     os.environ.setdefault("TQDM_DISABLE", "1")        # transformers' GGUF dequantisation bar
     import torch
     import transformers
-    from transformers import (AutoModelForCausalLM, AutoTokenizer, GenerationConfig, LlamaConfig,
-                              LlamaForCausalLM)
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     notes: dict[str, str] = {}

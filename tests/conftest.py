@@ -5,6 +5,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from martingale.config.schema import Config
+
 from realparts import require
 
 
@@ -54,6 +55,7 @@ def vllm_served(tmp_path_factory):
     """One real vLLM server for the session (an untrained embedded Llama behind the vllm backend):
     the backend's tests and the api judge's end-to-end test share it; a start costs ~1 min here."""
     from martingale.model.backend import open_model
+
     from vllmserver import build, model_cfg
     folder = build(tmp_path_factory.mktemp("served"), seed=0)
     gen = open_model(folder, model_cfg())

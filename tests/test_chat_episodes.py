@@ -5,7 +5,6 @@ instructor guard on chat, and an api human behind a real vLLM server started wit
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest

@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from martingale.cli import app
 from martingale.locks import live_snakemakes, stale_lock
+
 from projcopy import SMOKE, make_project
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))

@@ -13,8 +13,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from martingale import io
-from martingale.effects import (EffectError, brier_effect, ms_effect, pair_records, paired_effect,
-                                replicate_summary)
+from martingale.effects import EffectError, brier_effect, ms_effect, pair_records, paired_effect, replicate_summary
 from martingale.metrics import MetricError, stage_metrics
 from martingale.records.aggregate import forest_rows, write_run_results
 

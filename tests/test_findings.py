@@ -10,7 +10,7 @@ import pytest
 from martingale.config.runs import RunTree
 from martingale.table import TableError, findings, write_table
 
-from projcopy import REPO, FIXTURE, proj, snapshot, write_eval  # noqa: F401 (proj: fixture)
+from projcopy import FIXTURE, REPO, proj, snapshot, write_eval  # noqa: F401 (proj: fixture)
 
 
 def finding(root: Path, run: str = "D", metric: str = "ms", expect: str = "> 0", stage: str = "s0",

@@ -90,6 +90,7 @@ def test_planning_imports_no_numerics_library(tmp_path):
     kinds, rewards and readers must not import numpy, scipy, pandas or torch (a fresh process)."""
     import subprocess
     import sys
+
     from projcopy import make_project
     root = make_project(tmp_path / "project")
     code = ("import sys; from martingale.plan import Plan; p = Plan.load('.'); p.stages_for(p.active_run_ids()); "

@@ -68,11 +68,22 @@ from hypothesis.extra.numpy import arrays
 from sklearn.calibration import calibration_curve
 from sklearn.metrics import brier_score_loss
 
-from martingale.metrics import (MetricError, N_BINS, brier_ci, calibration_bins, ece, extremes, inertia,
-                                mean_p, murphy_decomposition, negation_coherence, squared_errors,
-                                trace_coherence)
 from martingale.deattenuation import DEATT_KEYS
-from martingale.metrics import STAGE_METRICS
+from martingale.metrics import (
+    N_BINS,
+    STAGE_METRICS,
+    MetricError,
+    brier_ci,
+    calibration_bins,
+    ece,
+    extremes,
+    inertia,
+    mean_p,
+    murphy_decomposition,
+    negation_coherence,
+    squared_errors,
+    trace_coherence,
+)
 from martingale.stats import MIN_CI_PAIRS, bootstrap_ci, ms_slope, nan_array, nan_matrix, too_few_for_ci
 
 PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,6 +1,7 @@
 """The one P = X parser: every stated number is read the same way; unparseable is None, never 0."""
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from martingale.beliefs.parse import parse_p, parse_totals
 

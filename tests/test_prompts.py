@@ -3,8 +3,6 @@
 chat template; a judge sees the trace cut at the read's fraction with every stated P hidden."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from omegaconf import OmegaConf
 

@@ -12,8 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from martingale.cli import app
-from martingale.world.questions import (ForecastQuestion, QuestionsError, load_questions, splits, summary,
-                                        with_negations)
+from martingale.world.questions import ForecastQuestion, QuestionsError, load_questions, splits, summary, with_negations
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "questions" / "forecastbench-2024-07-21-sample.jsonl"

@@ -104,6 +104,7 @@ def test_new_never_writes_a_key_pasted_into_a_run_file(tmp_path, canary):
     from typer.testing import CliRunner
 
     from martingale.cli import app
+
     from projcopy import FIXTURE
     shutil.copytree(FIXTURE / "conf", tmp_path / "conf")
     res = CliRunner().invoke(app, ["--root", str(tmp_path), "new", "q", "--parent", "base",

@@ -140,6 +140,7 @@ def test_evaluate_opens_the_judge_model_only_when_the_reader_needs_it(
     """A judge is opened only for a reader that needs one, and only once when it is the evaluated
     model's own folder (one backend, one server with vllm)."""
     import shutil
+
     from martingale.model import backend
     from martingale.stages import evaluate
     calls = []

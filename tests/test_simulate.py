@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from martingale.metrics import entrenched, episode_metrics
+
 from projcopy import SMOKE, make_project
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))

@@ -290,12 +290,12 @@ def faults(cluster, slurm_build, local_build):
                     continue                      # let the retry finish
                 seen = set(cancelled[role])
                 jid = _wait(f"{role} train job (attempt {attempt}) running",
-                            lambda: _running(env, sid, seen), 180, proc)
+                            lambda sid=sid, seen=seen: _running(env, sid, seen), 180, proc)
                 since = time.time()
                 # into the stage script (its log written by this attempt), then cancel at once: a
                 # smoke-scale train job lasts 6-9 s, so a fixed wait can outlast it
                 _wait(f"{role} train job (attempt {attempt}) in its stage script",
-                      lambda: _stage_started(root, sid, since), 60, proc)
+                      lambda sid=sid, since=since: _stage_started(root, sid, since), 60, proc)
                 subprocess.run(["scancel", jid], env=env, check=True)
                 cancelled[role].append(jid)
         proc.wait(timeout=300)

@@ -24,6 +24,7 @@ from types import SimpleNamespace
 import pytest
 
 from martingale.plan import Plan, _resources
+
 from projcopy import make_project
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))

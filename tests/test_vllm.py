@@ -11,9 +11,11 @@ import re
 from pathlib import Path
 
 import pytest
+
 from martingale.stages.common import StageError
 
 from vllmserver import build, model_cfg
+
 PROBES = ["Q c1 c2 c3 c4 think", "Q c5 c6 think", "Q not c7 c8 think", "Q c9 think"]
 TOL = 0.01           # model.vllm.parity_tol in the branch tests
 

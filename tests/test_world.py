@@ -33,7 +33,8 @@ def test_base_rate_matches_the_config(world):
 
 def test_oracle_belief_is_calibrated(world):
     qs = world.sample(20000, np.random.default_rng(1), "x")
-    p = np.array([world.bayes(q) for q in qs]); y = np.array([q.y for q in qs])
+    p = np.array([world.bayes(q) for q in qs])
+    y = np.array([q.y for q in qs])
     for lo, hi in [(0, .2), (.2, .5), (.5, .8), (.8, 1)]:
         m = (p >= lo) & (p < hi)
         assert abs(y[m].mean() - p[m].mean()) < 0.03
@@ -41,7 +42,8 @@ def test_oracle_belief_is_calibrated(world):
 
 def test_oracle_updates_are_a_martingale(world):
     qs = world.sample(20000, np.random.default_rng(2), "x")
-    prior = np.array([world.bayes(q, 4) for q in qs]); post = np.array([world.bayes(q) for q in qs])
+    prior = np.array([world.bayes(q, 4) for q in qs])
+    post = np.array([world.bayes(q) for q in qs])
     assert abs(martingale_fit(prior, post)["ms"]) < 0.03
 
 
@@ -54,7 +56,8 @@ def test_negation_flips_the_answer_and_the_belief(world):
 
 def test_reasoning_moves_beliefs_and_they_vary(world):
     qs = world.sample(2000, np.random.default_rng(4), "x")
-    start = np.array([world.bayes(q, 0) for q in qs]); end = np.array([world.bayes(q) for q in qs])
+    start = np.array([world.bayes(q, 0) for q in qs])
+    end = np.array([world.bayes(q) for q in qs])
     assert np.std(end) > 0.2 and np.mean(np.abs(end - start)) > 0.2
 
 
@@ -71,7 +74,8 @@ def test_biased_reasoner_entrenches(world):
     cut, last = [], []
     for q in qs:
         _, t = traces.reasoned(world, q, rng, agree=1.8, disagree=0.5)
-        cut.append(expit(t[4] * world.unit)); last.append(expit(t[-1] * world.unit))
+        cut.append(expit(t[4] * world.unit))
+        last.append(expit(t[-1] * world.unit))
     assert martingale_fit(np.array(cut), np.array(last))["ms"] > 0.05
 
 
@@ -87,7 +91,8 @@ def test_every_word_of_every_policy_is_in_the_vocabulary(world):
 
 
 def test_splits_give_up_with_the_key_when_too_few_distinct_questions_exist():
-    """Two clue types and two clues per question: 4 distinct questions; 3 held out beside 8
+    """Two clue types and two clues per question: 4 distinct questions
+    3 held out beside 8
     training ones cannot be drawn disjoint, so splits() names world.n_heldout instead of looping."""
     cfg = {**OmegaConf.to_container(OmegaConf.structured(WorldConfig)), "n_clue_types": 2, "clues_per_question": 2, "n_train": 8, "n_heldout": 3}
     with pytest.raises(ValueError, match="world.n_heldout"):

@@ -191,9 +191,8 @@ def status() -> None:
     parent is done), like the log's queued/candidate table."""
     from rich.tree import Tree
 
-    from .table import TableError, build_table
-    from .table import fmt
     from .needs import Need, unmet
+    from .table import TableError, build_table, fmt
 
     try:
         rows = {r["run_id"]: r for r in build_table(STATE.root)}

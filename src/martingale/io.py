@@ -240,7 +240,8 @@ def atomic_dir(path: Path | str) -> Iterator[Path]:
     of a stage job being collected (martingale.provenance) gets its provenance.json just before
     the manifest, which covers it."""
     from .manifest import write as write_manifest
-    from .provenance import FILE as PROVENANCE, for_folder as provenance_of
+    from .provenance import FILE as PROVENANCE
+    from .provenance import for_folder as provenance_of
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))

@@ -253,7 +253,7 @@ def effect_forest(run_id: str, parent: str | None, knob: str | None, effects: di
     fig, axes = _panels(2, w=5.0, h=h, left=1.0)
     for ax, rows, title in ((axes[0], rows_b, "ΔBrier (child − parent)"), (axes[1], rows_m, "ΔMS (child − parent)")):
         ys = np.arange(len(rows))[::-1]
-        for yv, (label, d, lo, hi, note) in zip(ys, rows):
+        for yv, (_label, d, lo, hi, note) in zip(ys, rows):
             if not np.isnan(lo):
                 ax.plot([lo, hi], [yv, yv], color="tab:blue", lw=2)
             color = "tab:green" if (not np.isnan(hi) and hi < 0) else "tab:red" if (not np.isnan(lo) and lo > 0) else "tab:blue"

@@ -15,23 +15,23 @@ Errors come out as :class:`ComposeError` with ``key`` (the offending key) and a 
 from __future__ import annotations
 
 import copy
+import fnmatch
 import hashlib
 import json
-import re
 import pickle
-import fnmatch
+import re
 from pathlib import Path
 from typing import Any, Iterable
 
+import yaml
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
-from hydra._internal.config_loader_impl import ConfigLoaderImpl
-import yaml
-from omegaconf import open_dict, DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from .schema import DOMAINS, ROLE_MODELS, Config, choices, domain_key, relation_problem
 

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from .. import io
-from ..plan import config_hash
 from ..effects import EffectError, beat_counts, paired_effect, replicate_summary, undefined_effect
+from ..plan import config_hash
 
 
 def _stage_order(name: str) -> tuple[int, str]:

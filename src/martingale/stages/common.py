@@ -10,6 +10,8 @@ import random
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
+    import torch
+
     from ..world.synthetic import SyntheticWorld
 
 log = logging.getLogger("martingale")
@@ -47,7 +49,7 @@ def make_world(world_cfg: dict[str, Any]) -> SyntheticWorld:
     return SyntheticWorld(world_cfg)
 
 
-def encode_pairs(tokenizer, pairs: list[tuple[str, str]]) -> dict[str, "torch.Tensor"]:
+def encode_pairs(tokenizer, pairs: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
     """Tokenise (prompt, completion) pairs; labels only on completion tokens, right-padded."""
     import torch
     prompts = tokenizer([p for p, _ in pairs], add_special_tokens=False)["input_ids"]

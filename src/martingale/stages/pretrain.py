@@ -57,9 +57,10 @@ def teacher_traits(p: dict[str, Any], unit: float) -> dict[str, Any] | None:
 def run(cfg: dict[str, Any], out_dir: Path) -> None:
     """cfg: world, model, pretrain → out_dir/model (HF folder) and stage.json."""
     import numpy as np
-    from ..world import traces
+
     from ..model.load import build_tiny, describe, placement, save
     from ..model.tokenizer import build_tokenizer
+    from ..world import traces
 
     p = cfg["pretrain"]
     seed_everything(int(p["seed"]))

@@ -69,6 +69,7 @@ def policy_loss(logp: torch.Tensor, ref_logp: torch.Tensor, adv: torch.Tensor, m
 def select_questions(gen, questions, ctx, elicit, stage: dict[str, Any], seed: int):
     """The ``filter`` option: keep the questions where the start model's |Δ| is in the top quantile."""
     import numpy as np
+
     from ..beliefs.elicit import rollout
     if stage["filter"] is None:
         return questions, None

@@ -11,11 +11,10 @@ never dropped: a vanished run, or a done run's vanished results, fails with how 
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import yaml
-
-import json
 
 from ..io import write_text_if_changed
 from . import findings, markdown, page

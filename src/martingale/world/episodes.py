@@ -72,6 +72,7 @@ def window_bayes(world: SyntheticWorld, clues: list[int] | tuple[int, ...], nega
 def lean_window(world: SyntheticWorld, target: float, tol: float, rng: np.random.Generator) -> list[int]:
     """``n_clues`` clues from the clue marginal whose Bayes belief lies within ``tol`` of ``target``."""
     import numpy as np
+
     from .synthetic import expit
     mix = world.base_rate * world.p1 + (1 - world.base_rate) * world.p0
     for _ in range(LEAN_TRIES):
