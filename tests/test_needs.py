@@ -111,3 +111,17 @@ def test_a_target_named_on_the_command_line_is_planned_whatever_its_needs(proj):
     res = _dry_run(proj, {}, "results/deepseek/eval.json")
     assert res.returncode == 0, res.stderr
     assert _aggregates(res) == 1 and "all skips" not in res.stderr
+
+
+def test_an_index_from_before_needs_is_computed_again_not_read_as_needing_nothing(proj):
+    import json
+
+    from martingale.plan import STORE, conf_hash, current_index
+    index = Plan.load(proj).index()
+    for r in index["runs"].values():
+        del r["needs"]
+    (proj / STORE).mkdir(parents=True)
+    (proj / STORE / "index.json").write_text(json.dumps(index))
+    assert index["conf_hash"] == conf_hash(proj / "conf")
+    assert current_index(proj)["runs"]["deepseek"]["needs"] == ["api_key:DEEPSEEK_API_KEY",
+                                                                "weights:models/SmolLM2-135M-Instruct"]

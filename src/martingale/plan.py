@@ -455,9 +455,7 @@ def conf_hash(conf_dir: Path | str) -> str:
 def read_index(root: Path | str) -> Optional[dict[str, Any]]:
     """``results/_store/index.json`` if it is there, readable, and in this format; else None."""
     index = read_optional(Path(root) / STORE / "index.json")
-    runs = index.get("runs") if isinstance(index, dict) else None
-    # an index from before runs had needs is of an older format: computed again, never read as "none"
-    return index if isinstance(runs, dict) and all("needs" in r for r in runs.values()) else None
+    return index if isinstance(index, dict) and isinstance(index.get("runs"), dict) else None
 
 
 def current_index(root: Path | str) -> dict[str, Any]:
@@ -466,6 +464,8 @@ def current_index(root: Path | str) -> dict[str, Any]:
     of index.json."""
     root = Path(root)
     index = read_index(root)
-    if index is not None and index.get("conf_hash") == conf_hash(root / "conf"):
+    # an index from before runs had needs is of an older format: computed again, never read as "none"
+    if index is not None and index.get("conf_hash") == conf_hash(root / "conf") \
+            and all("needs" in r for r in index["runs"].values()):
         return index
     return Plan.load(root).index()

@@ -73,7 +73,10 @@ def utterance_loss(policy, played, adv, beta: float, temperature: float):
     loss, kl, gap = 0.0, 0.0, 0.0
     turns = [b for b in played.turns if b is not None]
     if policy.loss_batch and torch.is_grad_enabled():
-        return chunked_utterance_loss(policy, turns, adv, beta, temperature)
+        # every turn's graph at once held 17 GB for SmolLM2 (4 episodes × 2 turns: OOM-killed):
+        # with model.loss_batch the gradient is accumulated a few episodes at a time, turn by turn
+        from .train import accumulate_chunks
+        return accumulate_chunks(policy, turns, adv, beta, temperature)
     for b in turns:
         logp = policy.gen.token_logprobs(b, temperature)
         with torch.no_grad(), policy.model.disable_adapter():
@@ -82,38 +85,6 @@ def utterance_loss(policy, played, adv, beta: float, temperature: float):
         part, part_kl = policy_loss(logp, ref, adv.to(logp.device), mask, beta)
         loss, kl = loss + part / len(turns), kl + part_kl.detach() / len(turns)
         gap = max(gap, float(((logp.detach() - ref) * mask).abs().max()))
-    return loss, kl, gap
-
-
-def chunked_utterance_loss(policy, turns: list, adv, beta: float, temperature: float):
-    """utterance_loss's gradient accumulated ``model.loss_batch`` episodes at a time, turn by turn,
-    each chunk weighted by its share of its turn's utterance tokens (the sum is the whole loss), as
-    train.chunked_loss does for rollouts: a chat model's every turn at once, graphs kept for one
-    backward, held 17 GB for SmolLM2 (4 episodes × 2 turns, killed by the OOM killer). The loss
-    comes back detached (train.update then only steps)."""
-    import torch
-
-    from ..model.generate import rows_of
-    from .train import policy_loss
-    policy.opt.zero_grad(set_to_none=True)
-    loss, kl, gap = torch.zeros(()), torch.zeros(()), 0.0
-    for b in turns:
-        denom = b.completion_mask.sum().clamp(min=1).float()
-        for first in range(0, b.input_ids.shape[0], policy.loss_batch):
-            rows = list(range(first, min(first + policy.loss_batch, b.input_ids.shape[0])))
-            sub = rows_of(b, rows)
-            mask = sub.completion_mask.float()
-            if not mask.any():
-                continue
-            logp = policy.gen.token_logprobs(sub, temperature, completion_only=True)
-            with torch.no_grad(), policy.model.disable_adapter():
-                ref = policy.gen.token_logprobs(sub, temperature, completion_only=True)
-            mask = mask.to(logp.device)
-            part, part_kl = policy_loss(logp, ref, adv[rows].to(logp.device), mask, beta)
-            share = mask.sum() / denom.to(mask.device) / len(turns)
-            (part * share).backward()
-            loss, kl = loss + (part * share).detach().cpu(), kl + (part_kl * share).detach().cpu()
-            gap = max(gap, float(((logp.detach() - ref) * mask).abs().max()))
     return loss, kl, gap
 
 

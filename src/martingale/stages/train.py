@@ -157,11 +157,19 @@ def chunked_loss(policy: Policy, batches: list, adv: torch.Tensor, beta: float, 
     weighted by its share of the batch's completion tokens (the sum is the whole batch's mean), its
     padding columns cut and vocabulary logits at completion positions only: a real model's long
     prompts do not fit in memory at once. Returns (loss, mean k3), detached."""
+    loss, kl, _ = accumulate_chunks(policy, batches, adv, beta, temperature)
+    return loss, kl
+
+
+def accumulate_chunks(policy: Policy, batches: list, adv: torch.Tensor, beta: float, temperature: float):
+    """The gradient of the mean over ``batches`` of policy_loss, accumulated ``policy.loss_batch``
+    rows at a time (chunked_loss; the instructor's utterance turns too). Returns (loss, mean k3,
+    max |log π − log π_ref| on completion tokens), the first two detached."""
     import torch
 
     from ..model.generate import rows_of
     policy.opt.zero_grad(set_to_none=True)
-    loss, kl = torch.zeros(()), torch.zeros(())
+    loss, kl, gap = torch.zeros(()), torch.zeros(()), 0.0
     for b in batches:
         denom = b.completion_mask.sum().clamp(min=1).float()
         for first in range(0, b.input_ids.shape[0], policy.loss_batch):
@@ -177,7 +185,8 @@ def chunked_loss(policy: Policy, batches: list, adv: torch.Tensor, beta: float, 
             share = mask.sum() / denom / len(batches)
             (part * share.to(part.device)).backward()
             loss, kl = loss + (part * share).detach().cpu(), kl + (part_kl * share).detach().cpu()
-    return loss, kl
+            gap = max(gap, float(((logp.detach() - ref) * mask.to(logp.device)).abs().max()))
+    return loss, kl, gap
 
 
 def step_loss(policy: Policy, score: Callable[..., np.ndarray], qs, group: np.ndarray, ctx,
