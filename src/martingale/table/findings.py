@@ -17,7 +17,6 @@ import yaml
 
 from ..io import read_optional
 from . import fmt
-from .markdown import _cell
 from .rows import TableError
 
 FINDINGS = "conf/findings.yaml"
@@ -323,7 +322,7 @@ def render_findings(findings: Optional[list[Finding]], results: dict[str, Result
         for f in findings:
             r = results[f.id]
             cells = (f.id, f.claim, f.run, _stage(f, r), f.metric, f.expect, _value(f, r), _verdict(r))
-            parts.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+            parts.append("| " + " | ".join(fmt.cell(c) for c in cells) + " |")
         parts.append("")
         for claim in sorted({f.claim for f in findings}):
             parts += [f"## {claim}" + (f" — {claims[claim]}" if claims.get(claim) else ""), ""]

@@ -39,3 +39,9 @@ def effect(eff: Any) -> str:
         return "–"
     return (f"{eff.get('compares') or eff.get('stage')}: {num(eff['brier_delta'], 4, True)}{ci(eff.get('brier_ci'), 4, True)}"
             f" p={pval(eff.get('p_t'))}")
+
+
+def cell(value: Any) -> str:
+    """A Markdown table cell: one line, "–" when empty, pipes escaped."""
+    text = "–" if value in (None, "", []) else str(value)
+    return " ".join(text.split()).replace("|", "\\|")

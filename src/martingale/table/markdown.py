@@ -3,9 +3,7 @@ landing first), the claims section (claim → supporting runs with their headlin
 Excluded section (invalid runs with their bug). Generated from the rows; never edited by hand."""
 from __future__ import annotations
 
-from typing import Any
-
-from . import fmt
+from .fmt import brier, cell, effect, ms
 
 HEADER = """# Runs
 
@@ -15,11 +13,6 @@ slope of Δ = posterior − prior on (prior − ½), 0 = martingale, > 0 = entre
 Δ vs parent = the one knob; its effect is paired on the same questions (ΔBrier < 0: the child is
 better).
 """
-
-
-def _cell(value: Any) -> str:
-    text = "–" if value in (None, "", []) else str(value)
-    return " ".join(text.split()).replace("|", "\\|")
 
 
 def chronological(rows) -> list[dict]:
@@ -38,9 +31,9 @@ def master_table(rows: list[dict]) -> list[str]:
         m = r.get("metrics") or {}
         state = r["state"] + (f" ({r['log']})" if r.get("log") else "")
         cells = [r["run_id"], r.get("parent"), r.get("knob"), r.get("model"), state, r.get("stage"),
-                 fmt.brier(m) if m else None, fmt.ms(m) if m else None, fmt.effect(r.get("effect")),
+                 brier(m) if m else None, ms(m) if m else None, effect(r.get("effect")),
                  r.get("landed"), r.get("verdict")]
-        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+        lines.append("| " + " | ".join(cell(c) for c in cells) + " |")
     return lines
 
 
@@ -59,11 +52,11 @@ def claims_section(rows: list[dict], claims: dict[str, str]) -> list[str]:
         for r in sorted(support, key=lambda r: r["run_id"]):
             m = r.get("metrics") or {}
             if r["state"] == "done":
-                detail = (f"{r.get('stage')}: Brier {fmt.brier(m)}, MS {fmt.ms(m)}; "
-                          f"effect vs {r.get('parent')}: {fmt.effect(r.get('effect'))}")
+                detail = (f"{r.get('stage')}: Brier {brier(m)}, MS {ms(m)}; "
+                          f"effect vs {r.get('parent')}: {effect(r.get('effect'))}")
             else:
                 detail = r["state"]
-            lines.append(f"- **{r['run_id']}** ({_cell(r.get('knob') or 'root run')}) — {detail}"
+            lines.append(f"- **{r['run_id']}** ({cell(r.get('knob') or 'root run')}) — {detail}"
                          + (f" — {r['verdict']}" if r.get("verdict") else ""))
         lines.append("")
     return lines
@@ -73,7 +66,7 @@ def excluded_section(rows: list[dict]) -> list[str]:
     lines = ["## Excluded (invalidated by bugs — kept for honesty, not analysis)", "",
              "| run_id | parent | Δ vs parent | landed | bug |", "|---|---|---|---|---|"]
     for r in chronological(r for r in rows if r["state"] == "invalid"):
-        lines.append("| " + " | ".join(_cell(c) for c in (r["run_id"], r.get("parent"), r.get("knob"),
+        lines.append("| " + " | ".join(cell(c) for c in (r["run_id"], r.get("parent"), r.get("knob"),
                                                            r.get("landed"), r.get("invalid"))) + " |")
     return lines
 
