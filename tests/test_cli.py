@@ -167,3 +167,10 @@ def test_figure_modes_draws_a_several_seed_run(proj):
     res = cli(proj, "figure", "modes")
     assert res.exit_code == 0, res.output
     assert (proj / "results" / "episodes_by_mode.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_check_refuses_a_bad_claims_file_in_one_line(proj):
+    (proj / "conf" / "claims.yaml").write_text("- C1\n- C2\n")
+    res = cli(proj, "check")
+    assert res.exit_code == 1
+    assert res.output.strip() == "error: conf/claims.yaml: expected a mapping claim → statement"

@@ -110,3 +110,14 @@ def test_the_drifting_teachers_lean_grows_along_its_trace_and_is_in_no_other_d_i
     distill = kinds()["distill"]
     assert "yes_drift" not in stage_slice(distill, Composer(FIXTURE / "conf").compose(["start=D"]))["distill"]
     assert stage_slice(distill, cfg)["distill"]["yes_drift"] == 0.25
+
+
+@pytest.mark.parametrize("unused", ["pretrain.misread=0.1", "pretrain.yes_shift=1.0", "distill.yes_drift=0.5"])
+def test_a_teacher_key_its_teacher_does_not_use_leaves_the_run_fresh(unused):
+    """Changing a calibrated base's teacher traits, or the drift of a D that does not drift, changes
+    neither the run's config hash (it would turn every run stale) nor any stage id."""
+    composer = Composer(FIXTURE / "conf")
+    before, after = composer.compose(["start=D"]), composer.compose(["start=D", unused])
+    assert config_hash(before) == config_hash(after)
+    for kind in ("pretrain", "distill"):
+        assert stage_slice(kinds()[kind], before) == stage_slice(kinds()[kind], after)

@@ -96,3 +96,43 @@ def test_a_loss_accumulated_a_few_rows_at_a_time_has_the_whole_batchs_gradient(d
     (l0, k0, g0), (l1, k1, g1) = grads
     assert abs(l0 - l1) < 1e-5 and abs(k0 - k1) < 1e-6
     assert all(torch.allclose(a, b, atol=1e-6, rtol=1e-4) for a, b in zip(g0, g1))
+
+
+def test_the_instructors_utterance_loss_accumulated_a_few_episodes_at_a_time_has_the_whole_gradient(
+        default_cfg, untrained_model):
+    """With model.loss_batch the instructor's loss over every turn is accumulated a few episodes at a
+    time (its graphs for all turns at once OOM-killed SmolLM2's stage): the same loss, KL, adapter gap
+    and gradient as all turns at once, and the loss comes back already backpropagated (detached)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from martingale.beliefs.elicit import rollout
+    from martingale.beliefs.readers import ReadContext
+    from martingale.model.backend import HFBackend
+    from martingale.stages.instructor import utterance_loss
+    from martingale.stages.train import lora_policy
+    from martingale.world.synthetic import SyntheticWorld
+    world = SyntheticWorld(default_cfg["world"])
+    qs = world.splits()[0][:4]
+    stage = {**default_cfg["stages"]["s1"], "lora_r": 4}
+    out = []
+    for rows in (0, 2):
+        torch.manual_seed(0)
+        policy = lora_policy(HFBackend.load(untrained_model, default_cfg["model"]), stage,
+                             {**default_cfg["model"], "loss_batch": rows})
+        with torch.no_grad():
+            for p in policy.params:
+                p.normal_(0, 0.05)
+        turns = [rollout(policy.gen, qs, ReadContext(world=world, judge=policy.gen, config=default_cfg),
+                         {"mode": "samemode", "judge": "trace", "cut": 0.5}, seed=s, temperature=1.0).trace
+                 for s in (3, 4)]                     # two turns of four episodes
+        policy.opt.zero_grad(set_to_none=True)
+        loss, kl, gap = utterance_loss(policy, SimpleNamespace(turns=turns), torch.linspace(-1, 1, 4), 0.1, 1.0)
+        assert loss.requires_grad == (rows == 0)
+        if loss.requires_grad:
+            loss.backward()
+        out.append((float(loss), float(kl), gap, [p.grad.clone() for p in policy.params]))
+    (l0, k0, gap0, g0), (l1, k1, gap1, g1) = out
+    assert abs(l0 - l1) < 1e-5 and abs(k0 - k1) < 1e-6 and abs(gap0 - gap1) < 1e-5
+    assert all(torch.allclose(a, b, atol=1e-6, rtol=1e-4) for a, b in zip(g0, g1))
