@@ -27,10 +27,11 @@ def a_terms(prior: np.ndarray, posterior: np.ndarray, info_coef: float, info_eps
     written as its batch mean plus its slope about the mean prior, Δ̂ = mean(Δ) + b·(prior − p̄)
     (OLS: the fit's mean is the update's), so −Δ·Δ̂ = −mean(Δ)·Δ (the mean update's term)
     − b·(prior − p̄)·Δ (the slope's), plus the info term."""
+    from martingale.rewards import _ols  # A's own fit
     d = posterior - prior
-    b, a = np.polyfit(prior, d, 1)
+    a, b = _ols(prior, d)
     mean = a + b * prior.mean()
-    return {"a": np.full_like(d, a), "b": np.full_like(d, b), "intercept": -mean * d,
+    return {"a": np.full_like(d, a), "b": np.full_like(d, b), "mean": -mean * d,
             "slope": -b * (prior - prior.mean()) * d, "info": -info_coef * np.maximum(0.0, info_eps - np.abs(d))}
 
 
@@ -82,9 +83,9 @@ def main() -> None:
         cat = {k: np.concatenate([c[k] for c in chunk]) for k in ("prior", "posterior", "stated", "y")}
         terms = [a_terms(c["prior"][ok], c["posterior"][ok], float(st.get("info_coef", 1.0)), float(st.get("info_eps", 0.02)))
                  for c in chunk for ok in [np.isfinite(c["prior"]) & np.isfinite(c["posterior"])]]
-        total = [t["intercept"] + t["slope"] + t["info"] for t in terms]
+        total = [t["mean"] + t["slope"] + t["info"] for t in terms]
         share = {k: np.mean([np.cov(t[k], r)[0, 1] / r.var() for t, r in zip(terms, total) if r.var() > 0])
-                 for k in ("intercept", "slope", "info")}
+                 for k in ("mean", "slope", "info")}
         fav, rest, pfav, prest = [], [], [], []
         for c in chunk:   # the answers this batch's reward favours: above its median
             ok = np.isfinite(c["reward"])
@@ -96,7 +97,7 @@ def main() -> None:
         print(f"{w:3d}-{w + len(chunk) - 1:<3d}  {np.nanmean(cat['prior']):.3f}  {np.nanmean(cat['posterior']):.3f}  "
               f"{np.nanmean(cat['stated']):.3f}   {np.nanmean(cat['posterior'] - cat['prior']):+.3f}  "
               f"{np.mean([t['a'][0] for t in terms]):+.3f}  {np.mean([t['b'][0] for t in terms]):+.3f}  "
-              f"{100 * share['intercept']:4.0f}  {100 * share['slope']:5.0f}  {100 * share['info']:4.0f}   "
+              f"{100 * share['mean']:4.0f}  {100 * share['slope']:5.0f}  {100 * share['info']:4.0f}   "
               f"{np.mean(np.concatenate(fav)):.4f}     {np.mean(np.concatenate(rest)):.4f}      "
               f"{np.mean(np.concatenate(pfav)):.3f}  {np.mean(np.concatenate(prest)):.3f}   {kl:.4f}")
 

@@ -199,6 +199,7 @@ def status() -> None:
     except (RunError, TableError) as e:
         fail(str(e))
         return
+    unmet_here = {run_id: unmet([Need.from_tag(t) for t in r["needs"]], STATE.root) for run_id, r in rows.items()}
     children: dict[Optional[str], list[str]] = {}
     for run_id, r in sorted(rows.items()):
         children.setdefault(r["parent"], []).append(run_id)
@@ -212,7 +213,7 @@ def status() -> None:
             text += f"  Brier {fmt.brier(r['metrics'])}  MS {fmt.ms(r['metrics'])}"
         if r.get("invalid"):
             text += f"  bug: {r['invalid']}"
-        lacking = unmet([Need.from_tag(t) for t in r.get("needs") or []], STATE.root) if r["state"] != "done" else []
+        lacking = unmet_here[r["run_id"]] if r["state"] != "done" else []
         if lacking:
             text += f"  [magenta]needs {'; '.join(map(str, lacking))}[/] (all skips it)"
         if r.get("log"):
@@ -229,7 +230,7 @@ def status() -> None:
     Console(highlight=False).print(tree)   # wraps long labels (the shared console crops them)
     pending = [r for r in rows.values() if r["state"] in ("queued", "crashed")]
     ready = [r for r in pending if (r["parent"] is None or rows[r["parent"]]["state"] == "done")
-             and not unmet([Need.from_tag(t) for t in r.get("needs") or []], STATE.root)]
+             and not unmet_here[r["run_id"]]]
     waiting = len(pending) - len(ready)
     table = Table(title=f"can launch now: {len(ready)} (parent done, needs met)  ·  waiting: {waiting}")
     for col in ("run-id", "parent", "Δ vs parent", "question", "state"):

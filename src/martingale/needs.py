@@ -18,8 +18,7 @@ from typing import Any, Iterable, Mapping, Optional
 from urllib.parse import urlparse
 
 LOOPBACK = ("localhost", "127.0.0.1", "::1")   # an endpoint on this machine: the user's own server, keyless allowed
-ROLES = ("human_model", "instructor_model")     # a two-agent episode's roles (simulate.<role>)
-DEFAULT_API_KEY_ENV = "MARTINGALE_API_KEY"      # schema.ApiModelConfig's default
+ROLES = ("human", "instructor")                 # a two-agent episode's roles (simulate.<role>_model)
 
 
 @dataclass(frozen=True, order=True)
@@ -61,13 +60,13 @@ def _under(root: Path, path: str) -> Path:
     return p if p.is_absolute() else root / p
 
 
-def _endpoint_needs(api: Mapping[str, Any], default_env: str) -> list[Need]:
-    """An endpoint off this machine needs its key's variable set; a loopback one (a vLLM server the
-    user started) may run keyless."""
+def _endpoint_needs(api: Mapping[str, Any]) -> list[Need]:
+    """An endpoint off this machine needs its key's variable set (``api_key_env``, always in a
+    composed config); a loopback one (a vLLM server the user started) may run keyless."""
     host = urlparse(str(api.get("base_url") or "")).hostname or ""
     if host in LOOPBACK:
         return []
-    return [Need("api_key", str(api.get("api_key_env") or default_env))]
+    return [Need("api_key", str(api["api_key_env"]))]
 
 
 def _model_needs(model: Mapping[str, Any], serves: bool) -> list[Need]:
@@ -76,7 +75,7 @@ def _model_needs(model: Mapping[str, Any], serves: bool) -> list[Need]:
     if serves and backend == "vllm":
         return [Need("vllm", str((model.get("vllm") or {}).get("python") or ".venv-vllm/bin/python"))]
     if backend == "api":
-        return _endpoint_needs(model.get("api") or {}, DEFAULT_API_KEY_ENV)
+        return _endpoint_needs(model["api"])
     return []
 
 
@@ -88,12 +87,11 @@ def stage_needs(kind: Any, cfg: Mapping[str, Any], resources: Mapping[str, Any])
         out.add(Need("weights", str(model["path"])))
     out.update(_model_needs(model, kind.serves))
     for role in ROLES:
-        over = (cfg.get("simulate") or {}).get(role)
-        if over:
-            out.update(_model_needs({**model, **over, "api": {**(model.get("api") or {}), **(over.get("api") or {})}},
-                                    serves=True))
+        if (cfg.get("simulate") or {}).get(f"{role}_model"):   # the role's own model: as the stage opens it
+            from .stages.simulate import role_model
+            out.update(_model_needs(role_model(cfg, role), serves=True))
     if "judge" in cfg:   # in a slice only where the api judge reads the beliefs (plan.USED_WHEN)
-        out.update(_endpoint_needs(cfg["judge"], "MARTINGALE_JUDGE_API_KEY"))
+        out.update(_endpoint_needs(cfg["judge"]))
     if int(resources.get("gpu") or 0) > 0:
         out.add(Need("gpu"))
     return out

@@ -136,7 +136,7 @@ def _simulate_slice(simulate: dict, kind: StageKind) -> dict:
     return {k: v for k, v in simulate.items() if not (k in ("human_model", "instructor_model") and v is None)}
 
 
-PRETRAIN_TEACHER_KEYS = ("teacher", "yes_shift", "sharpen", "misread")   # stages/pretrain.py TEACHER_KEYS
+PRETRAIN_TEACHER_KEYS = ("teacher", "yes_shift", "sharpen", "misread")   # stages/pretrain.py teacher_traits reads them
 
 
 def _pretrain_slice(pretrain: dict, kind: Optional[StageKind] = None) -> dict:

@@ -1,5 +1,6 @@
 # The plan, built once when the workflow is parsed, and the small named functions rules use.
 # A bad run file stops the parse here with one line: conf/runs/<file>: <key>: <what is wrong>.
+import functools
 import inspect
 import sys
 from pathlib import Path
@@ -34,19 +35,15 @@ def sid_pattern(kind):
     return f"{kind}-{ID_PATTERN}"
 
 
-_BUILDABLE = []
-
-
+@functools.cache
 def buildable_runs():
     """The runs `all` builds: every run not marked invalid whose needs this machine meets
     (martingale.needs: weights, vLLM, an API key, a GPU). Each run skipped is named once, with what
     it lacks; a target named on the command line is built whatever its needs."""
-    if not _BUILDABLE:
-        build, skipped = PLAN.buildable_run_ids(cluster=workflow.non_local_exec)
-        for run, missing in skipped.items():
-            print(f"martingale: all skips {run}: it needs {'; '.join(map(str, missing))}", file=sys.stderr)
-        _BUILDABLE.append(build)
-    return _BUILDABLE[0]
+    build, skipped = PLAN.buildable_run_ids(cluster=workflow.non_local_exec)
+    for run, missing in skipped.items():
+        print(f"martingale: all skips {run}: it needs {'; '.join(map(str, missing))}", file=sys.stderr)
+    return tuple(build)
 
 
 @per_job
