@@ -27,10 +27,16 @@ def _snap_p(world, q):
     return float(traces.snap(world, q, np.random.default_rng(0)).split()[3])
 
 
-def test_the_default_teacher_is_the_logs_overconfident_D(world):
+def test_the_default_teacher_is_the_logs_drifting_D(world):
     traits = teacher_traits(_distill(), world.unit)
+    assert traits["drift"] == round(0.25 / world.unit) and traits["agree"] == 1.8
+    assert "shift" not in traits and "sharpen" not in traits
+
+
+def test_the_overconfident_teacher_leans_and_sharpens_without_entrenching(world):
+    traits = teacher_traits(_distill(teacher="overconfident"), world.unit)
     assert traits["shift"] == round(2.5 / world.unit) and traits["sharpen"] == 1.3
-    assert "agree" not in traits
+    assert "agree" not in traits and "drift" not in traits
 
 
 def _steps(trace: str, n: int) -> list[int]:
@@ -81,15 +87,15 @@ def test_the_overconfident_teacher_sharpens_every_step(world):
 
 @pytest.fixture(scope="module")
 def teachers_read(world):
-    """D's default teacher (over-confident) and the entrenching one (``both``: over-confident and
-    confirmation-biased) on the same 3000 questions, read as a same-mode judge reads them (at half
+    """D's default teacher (drift), the over-confident one and the entrenching one (``both``:
+    over-confident and confirmation-biased) on the same 3000 questions, read as a same-mode judge reads them (at half
     the clues and at the end): the posteriors, the labels and each one's stage metrics."""
     qs = world.sample(3000, np.random.default_rng(5), "x")
     y = np.array([q.y for q in qs])
     out = {}
-    for teacher in ("overconfident", "both"):
+    for teacher in ("drift", "overconfident", "both"):
         traits = teacher_traits(_distill(teacher=teacher), world.unit)
-        traits.pop("snap_shift")
+        traits.pop("snap_shift", None)
         rng = np.random.default_rng(0)                      # the entrenching weights' jitter, as distill draws it
         totals = np.array([traces.reasoned(world, q, rng, **traits)[1] for q in qs])
         prior, post = expit(world.unit * totals[:, 4]), expit(world.unit * totals[:, -1])
@@ -99,8 +105,13 @@ def teachers_read(world):
 
 def test_the_overconfident_teachers_beliefs_are_well_above_the_base_rate(teachers_read):
     read, y = teachers_read
-    assert _distill()["teacher"] == "overconfident"
     assert overconfidence(read["overconfident"][0], y) > 0.25
+
+
+def test_the_default_drifting_teachers_beliefs_are_well_above_the_base_rate(teachers_read):
+    """The log's D: meanP 0.61–0.64 against a base rate ≈ 0.30 (here +0.36)."""
+    read, y = teachers_read
+    assert overconfidence(read["drift"][0], y) > 0.2
 
 
 def test_the_overconfident_teachers_ms_covers_zero_and_excludes_the_entrenching_teachers(teachers_read):

@@ -96,10 +96,10 @@ def test_check_refuses_a_bad_teacher_value_naming_the_key(knob, key):
 
 
 def test_the_drifting_teachers_lean_grows_along_its_trace_and_is_in_no_other_d_id(world):
-    """distill.teacher=drift (the log's D): every step moves yes_drift toward yes, so its mean
-    update is toward yes; the default D's yes_drift is in no id."""
+    """distill.teacher=drift (the default, the log's D): every step moves yes_drift toward yes, so
+    its mean update is toward yes; another teacher's D has no yes_drift in its id."""
     from martingale.stages.distill import teacher_traits as d_traits
-    cfg = Composer(FIXTURE / "conf").compose(["distill.teacher=drift"])
+    cfg = Composer(FIXTURE / "conf").compose(["start=D"])
     t = d_traits(cfg["distill"], world.unit)
     assert t["drift"] == 1 and "shift" not in t
     qs = world.sample(500, np.random.default_rng(8), "x")
@@ -108,7 +108,8 @@ def test_the_drifting_teachers_lean_grows_along_its_trace_and_is_in_no_other_d_i
     calibrated = [np.diff(traces.reasoned(world, q)[1]).mean() for q in qs]
     assert np.mean(updates) > np.mean(calibrated) + 0.5
     distill = kinds()["distill"]
-    assert "yes_drift" not in stage_slice(distill, Composer(FIXTURE / "conf").compose(["start=D"]))["distill"]
+    assert "yes_drift" not in stage_slice(distill, Composer(FIXTURE / "conf").compose(
+        ["start=D", "distill.teacher=overconfident"]))["distill"]
     assert stage_slice(distill, cfg)["distill"]["yes_drift"] == 0.25
 
 
@@ -117,7 +118,8 @@ def test_a_teacher_key_its_teacher_does_not_use_leaves_the_run_fresh(unused):
     """Changing a calibrated base's teacher traits, or the drift of a D that does not drift, changes
     neither the run's config hash (it would turn every run stale) nor any stage id."""
     composer = Composer(FIXTURE / "conf")
-    before, after = composer.compose(["start=D"]), composer.compose(["start=D", unused])
+    base = ["start=D", "distill.teacher=overconfident"]
+    before, after = composer.compose(base), composer.compose([*base, unused])
     assert config_hash(before) == config_hash(after)
     for kind in ("pretrain", "distill"):
         assert stage_slice(kinds()[kind], before) == stage_slice(kinds()[kind], after)

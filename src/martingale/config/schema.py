@@ -139,15 +139,15 @@ class DistillConfig:
     agree_weight: float = 1.8     # multiplier on clues that agree with the current lean
     disagree_weight: float = 0.5  # multiplier on clues that disagree with it
     weight_jitter: float = 0.3    # sd of per-step noise on the multipliers (keeps D stochastic)
-    teacher: str = "overconfident"  # entrench: over-weights agreeing clues (agree/disagree_weight);
-                                  # overconfident: the log's D — leans yes and sharpens every step
-                                  # (yes_shift, sharpen), meanP ≫ base rate with MS ≈ 0; both: the two
+    # drift (default): the log's D as it describes it (meanP 0.61–0.64 against a base rate ≈ 0.30,
+    # extremizing along its trace): entrench's weights plus yes_drift nats toward yes at every step,
+    # so its lean grows along the trace and its mean update is toward yes. overconfident: leans yes
+    # from the start and sharpens every step (yes_shift, sharpen), and its reasoning corrects the
+    # lean (mean update < 0), where A's mean term pays for not correcting (README, FINDINGS A-on-D);
+    # entrench: agree/disagree_weight only; both: entrench + overconfident.
+    teacher: str = "drift"        # drift | overconfident | entrench | both
     yes_shift: float = 2.5        # nats the over-confident teacher starts toward yes
     sharpen: float = 1.3          # its multiplier on every step (beliefs more extreme than the evidence)
-    # drift: the log's D as it describes it (meanP 0.61–0.64 against a base rate ≈ 0.30, extremizing
-    # along its trace): entrench's weights plus yes_drift nats toward yes at every step, so its lean
-    # grows along the trace (its mean update is toward yes) instead of starting there and being
-    # corrected (overconfident's). In no id unless teacher=drift.
     yes_drift: float = 0.25       # nats per step
 
 
