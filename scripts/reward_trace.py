@@ -27,9 +27,9 @@ def a_terms(prior: np.ndarray, posterior: np.ndarray, info_coef: float, info_eps
     written as its batch mean plus its slope about the mean prior, Δ̂ = mean(Δ) + b·(prior − p̄)
     (OLS: the fit's mean is the update's), so −Δ·Δ̂ = −mean(Δ)·Δ (the mean update's term)
     − b·(prior − p̄)·Δ (the slope's), plus the info term."""
-    from martingale.rewards import _ols  # A's own fit
+    from martingale.stats import batch_line  # A's own fit
     d = posterior - prior
-    a, b = _ols(prior, d)
+    a, b = batch_line(prior, d)
     mean = a + b * prior.mean()
     return {"a": np.full_like(d, a), "b": np.full_like(d, b), "mean": -mean * d,
             "slope": -b * (prior - prior.mean()) * d, "info": -info_coef * np.maximum(0.0, info_eps - np.abs(d))}
@@ -44,9 +44,10 @@ def main() -> None:
     args = ap.parse_args()
 
     from martingale import rewards
-    from martingale.plan import Plan, stage_dir
+    from martingale.plan import Plan
     from martingale.smk import compute_threads
     from martingale.stages import kinds
+    from martingale.store import stage_dir
     from martingale.threads import use_threads
 
     plan = Plan.load(ROOT)

@@ -1,4 +1,4 @@
-"""Two-agent episodes between chat models (world/chat_episodes.py, the simulate stage's chat path):
+"""Two-agent episodes between chat models (episodes/chat.py, the simulate stage's chat path):
 lean × outcome balanced episodes, negations asking the other way round, what check refuses, a
 real chat model (SmolLM2) in both roles with its transcript and per-turn reads, the silent-
 instructor guard on chat, and an api human behind a real vLLM server started with --api-key."""
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from martingale.config.compose import ComposeError, Composer
-from martingale.world import chat_episodes as chat
+from martingale.episodes import chat
 from martingale.world.synthetic import Question
 
 from projcopy import FIXTURE, REPO
@@ -69,6 +69,7 @@ C2 = ["setup=smollm2_c2", f"world.questions_file={QUESTIONS}"]
            "api: {model: m}}"], "simulate.instructor_model", "trains a local model"),
     (["eval.kind=simulate", "simulate.mode=reask"], "simulate.mode", "chat episode's mode"),
     (["simulate.human_model={backend: hf}"], "simulate.human_model", "chat episodes only"),
+    (["eval.kind=simulate", "simulate.pool=3"], "simulate.pool", "run out of evidence"),
 ])
 def test_check_refuses_what_chat_episodes_cannot_run_naming_the_key(overrides, key, why):
     with pytest.raises(ComposeError) as info:
@@ -149,8 +150,8 @@ def _mute(tmp_path: Path) -> Path:
 @pytest.mark.slow
 @pytest.mark.real("smollm2")
 def test_a_silent_chat_instructor_fails_the_stage_and_writes_nothing(tmp_path, one_thread):
+    from martingale.errors import StageError
     from martingale.stages import simulate
-    from martingale.stages.common import StageError
     mute = _mute(tmp_path)
     out = tmp_path / "out"
     with pytest.raises(StageError, match=r"^simulate: the instructor said nothing \(empty utterance\) in 3 of 3 "
@@ -217,19 +218,17 @@ def test_a_chat_instructor_stage_fails_on_a_silent_instructor_or_a_no_op_adapter
     gives zero advantages, so the step leaves LoRA's B at zero and the adapter changes nothing the
     instructor says (what a LoRA that never served looks like from the utterances)."""
     from martingale import rewards
+    from martingale.errors import StageError
     from martingale.stages import instructor
-    from martingale.stages.common import StageError
 
-    @rewards.reward("test-constant", needs=("y",))
-    def constant(y, **_):
-        return y * 0.0
-    try:
+    with rewards.REWARDS.temporarily():
+        @rewards.reward("test-constant", needs=("y",))
+        def constant(y, **_):
+            return y * 0.0
         start = _mute(tmp_path) if fault == "mute" else SMOLLM2
         cfg = _instructor_cfg(*(["stages.s1.reward=test-constant"] if fault == "no-op" else []))
         with pytest.raises(StageError, match=match):
             instructor.run(cfg, start_model=start, human_model=SMOLLM2, out_dir=tmp_path / "out")
-    finally:
-        rewards.REWARDS.pop("test-constant")
     assert not (tmp_path / "out").exists()
 
 
@@ -245,9 +244,9 @@ def test_api_roles_behind_a_keyed_vllm_server_are_cached_and_the_key_written_now
     from omegaconf import OmegaConf
 
     from martingale.config.schema import ModelConfig
+    from martingale.errors import StageError
     from martingale.model.vllm import Server
     from martingale.stages import simulate
-    from martingale.stages.common import StageError
     server_side, project = tmp_path / "endpoint", tmp_path / "project"
     server_side.mkdir()
     project.mkdir()

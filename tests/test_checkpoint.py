@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
+from martingale.errors import StageError
 from martingale.manifest import MANIFEST
 from martingale.stages import checkpoint, train
-from martingale.stages.common import StageError
 
 OUTPUTS = ("train.jsonl", "stage.json", "model/model.safetensors")
 
@@ -113,12 +113,12 @@ def test_nan_weights_at_load_fail_the_stage_naming_the_tensor(tmp_path, default_
 def test_inf_in_the_adapter_after_a_step_stops_the_stage_naming_the_tensor(default_cfg, untrained_model):
     cfg = tiny_cfg(default_cfg)
     policy = policy_of(untrained_model, cfg)
-    train.check_adapter(policy, "train stage", 0, cfg["stage"])
+    train.check_adapter_finite(policy, "train stage", 0, cfg["stage"])
     name, p = next(iter(checkpoint.adapter(policy.model).items()))
     with torch.no_grad():
         p[0, 0] = float("inf")
     with pytest.raises(StageError, match=rf"adapter weights hold NaN/Inf \(tensor {name}\) after step 7"):
-        train.check_adapter(policy, "train stage", 7, cfg["stage"])
+        train.check_adapter_finite(policy, "train stage", 7, cfg["stage"])
 
 
 CHILD = """

@@ -78,7 +78,7 @@ def test_a_stage_job_records_its_wall_time(built):
     root, _ = built
     plan = Plan.load(root)
     pretrain = stage_of(plan, "base", "pretrain")
-    seconds = cost.read_benchmark(root / cost.benchmark_path(pretrain))
+    seconds = cost.read_benchmark(root / cost.BENCHMARK.format(kind="pretrain", sid=pretrain))
     assert seconds is not None and 0 < seconds < 3600
     assert cost.durations(plan, root) == {("pretrain", "tiny"): [seconds]}
 
@@ -126,7 +126,7 @@ def test_recorded_durations_of_the_same_kind_and_model_replace_the_runtime_limit
     plan = Plan.load(proj)
     trains = [s for s in plan.stages_for(plan.active_run_ids()) if plan.stages[s].kind == "train"]
     for sid, seconds in zip(trains[:3], (60, 600, 6000)):
-        path = proj / cost.benchmark_path(sid)
+        path = proj / cost.BENCHMARK.format(kind=sid.split("-", 1)[0], sid=sid)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"s\th:m:s\tmax_rss\n{seconds}.0\t0:00:00\t1.0\n")
     (proj / "logs/train/train-000000000000.benchmark.tsv").write_text("s\n9999.0\n")  # not in the plan: ignored

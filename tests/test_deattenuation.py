@@ -8,12 +8,12 @@ from dataclasses import asdict
 
 import numpy as np
 import pytest
+from oracle_check import oracle_check
 from scipy import stats
 
 from martingale.config.schema import WorldConfig
 from martingale.deattenuation import deattenuate, measurement_variance, ms_adjusted, ms_instrumented, reliability
 from martingale.metrics import MetricError, stage_metrics
-from martingale.world.oracle_check import oracle_check
 
 
 @pytest.mark.parametrize("seed", [0, 1])

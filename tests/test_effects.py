@@ -174,8 +174,22 @@ def test_replicate_summary_counts_seeds_that_beat_the_parent():
     s = replicate_summary(per_seed)
     assert s["beats_parent"] == "2/3" and s["beats_parent_ci"] == "1/3"
     assert s["brier_delta"]["per_seed"] == [-0.02, -0.01, 0.01, None]
-    assert s["brier_delta"]["mean"] == pytest.approx(-0.02 / 3)
-    assert s["brier_delta"]["sd"] == pytest.approx(np.std([-0.02, -0.01, 0.01], ddof=1))
+    complete = replicate_summary({k: v for k, v in per_seed.items() if k != 44})["brier_delta"]
+    assert complete["mean"] == pytest.approx(-0.02 / 3)
+    assert complete["sd"] == pytest.approx(np.std([-0.02, -0.01, 0.01], ddof=1))
+
+
+def test_a_seed_without_a_value_makes_the_spread_over_seeds_nan_in_effects_and_in_the_aggregate():
+    """One rule (stats.seed_spread): a mean over the seeds that happened to give a value would
+    pass for the run's; the seed's None stays in per_seed, the counts say how many were known."""
+    from martingale.records.aggregate import combine_seeds
+    per_seed = {41: {"brier": {"delta": -0.02}, "ms": {"delta": 0.01}},
+                42: {"brier": {"delta": float("nan")}, "ms": {"delta": 0.0}}}
+    effect = replicate_summary(per_seed)["brier_delta"]
+    metric = combine_seeds({41: {"brier": 0.2}, 42: {"brier": float("nan")}})["brier"]
+    for spread in (effect, metric):
+        assert math.isnan(spread["mean"]) and math.isnan(spread["sd"])
+    assert effect["per_seed"] == [-0.02, None] and metric["per_seed"] == [0.2, None]
 
 
 # ------------------------------------------------------------------------------- the aggregate

@@ -227,7 +227,7 @@ def test_snakemake_runs_json_writes_the_three_table_files_and_regenerates_byte_i
 
 
 def test_every_built_stage_and_the_run_are_mirrored_to_wandb_offline(built):
-    from martingale.plan import read_index
+    from martingale.store import read_index
     index = read_index(built)
     chain = index["runs"]["filter-s2only"]["chain"]
     folders = {p.name.rsplit("-", 2)[-2] + "-" + p.name.rsplit("-", 1)[-1]: p
@@ -249,8 +249,9 @@ def test_the_wandb_key_in_the_environment_is_written_nowhere(built):
 
 def test_same_seed_gives_byte_identical_records(built, tmp_path):
     from martingale.io import read_json
-    from martingale.plan import Plan, stage_dir
+    from martingale.plan import Plan
     from martingale.stages import evaluate, train
+    from martingale.store import stage_dir
     plan = Plan.load(built)
     ev = next(e for e in plan.evals("filter-s2only") if e["stage"] == "s2")
     s2 = plan.stages[ev["model_stage"]]
@@ -339,7 +340,8 @@ def test_base_asked_from_its_exported_questions_file_measures_exactly_what_base_
     assert final["n_paired"] == 48
     lo, hi = final["brier"]["ci"]
     assert lo <= 0 <= hi
-    from martingale.plan import Plan, stage_dir
+    from martingale.plan import Plan
+    from martingale.store import stage_dir
     plan = Plan.load(root)
     rows = {r: [json.loads(x) for x in (root / stage_dir(plan.run_stages(r)[0].eval_stage) / "records.jsonl")
                 .read_text().splitlines()] for r in ("base", "base-jsonl")}

@@ -1,12 +1,14 @@
-"""Two-agent episodes in the synthetic world (world/episodes.py): the human's lean, what each
+"""Two-agent episodes in the synthetic world (episodes/synthetic.py): the human's lean, what each
 instructor mode lists first, what the human hears, and the silent-instructor guard."""
 import numpy as np
 import pytest
 
-from martingale.stages.common import StageError
+from martingale.episodes import synthetic as ep
+from martingale.errors import StageError
 from martingale.stages.simulate import assert_spoke
-from martingale.world import episodes as ep
 from martingale.world.synthetic import SyntheticWorld
+
+from projcopy import FIXTURE
 
 SIM = {"lean": 0.65, "lean_tol": 0.05, "pool": 12}
 
@@ -136,3 +138,16 @@ def test_an_empty_or_blank_utterance_fails_the_stage_and_a_clue_passes():
     for silent in (["c3", ""], ["   ", "c1"], ["\n"]):
         with pytest.raises(StageError, match="said nothing"):
             assert_spoke(silent, 2, "simulate")
+
+
+def test_the_stage_refuses_what_check_refuses_in_the_same_words():
+    """One check (episodes.episode_problem) at `martingale check` and in the stage, for a slice
+    handed to the stage directly."""
+    from martingale.config.compose import ComposeError, Composer
+    from martingale.stages.simulate import check_config
+    cfg = Composer(FIXTURE / "conf").compose(["eval.kind=simulate"])
+    cfg["simulate"]["pool"] = 3
+    with pytest.raises(StageError, match=r"simulate\.pool: 3 clues < clues_per_question"):
+        check_config(cfg)
+    with pytest.raises(ComposeError, match=r"3 clues < clues_per_question"):
+        Composer(FIXTURE / "conf").compose(["eval.kind=simulate", "simulate.pool=3"])

@@ -15,25 +15,21 @@ from projcopy import proj, write_run  # noqa: F401 (proj: fixture)
 
 @pytest.fixture
 def extensions():
-    @rewards.reward("Rsharp", needs=("stated", "y"))
-    def sharp(stated, y, **_):
-        """Rsharp: −|y − stated P|."""
-        return -np.abs(y - stated)
+    with rewards.REWARDS.temporarily(), readers.READERS.temporarily(), stages.kinds().temporarily():
+        @rewards.reward("Rsharp", needs=("stated", "y"))
+        def sharp(stated, y, **_):
+            """Rsharp: −|y − stated P|."""
+            return -np.abs(y - stated)
 
-    @readers.reader("midway")
-    def midway(ctx, questions, texts, k):
-        return [0.5] * len(texts)
+        @readers.reader("midway")
+        def midway(ctx, questions, texts, k):
+            return [0.5] * len(texts)
 
-    @stages.stage_kind("anneal", "step", keys=("world", "model"), inputs=("start_model",), per_seed=True)
-    def anneal(cfg, start_model, out_dir):
-        raise AssertionError("a dry run runs no stage")
+        @stages.stage_kind("anneal", "step", keys=("world", "model"), inputs=("start_model",), per_seed=True)
+        def anneal(cfg, start_model, out_dir):
+            raise AssertionError("a dry run runs no stage")
 
-    try:
         yield
-    finally:
-        rewards.REWARDS.pop("Rsharp", None)
-        readers.READERS.pop("midway", None)
-        stages._KINDS.pop("anneal", None)
 
 
 def chain(root):

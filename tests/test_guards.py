@@ -11,18 +11,18 @@ import pytest
 import torch
 
 from martingale import rewards
+from martingale.errors import StageError
 from martingale.stages import evaluate, train
-from martingale.stages.common import StageError
 
 
 @pytest.fixture
 def constant_reward():
     """A reward that gives every sample the same score, parsed or not: zero advantages, no gradient."""
-    @rewards.reward("test-constant", needs=("y",))
-    def constant(y, **_):
-        return y * 0.0
-    yield "test-constant"
-    rewards.REWARDS.pop("test-constant")
+    with rewards.REWARDS.temporarily():
+        @rewards.reward("test-constant", needs=("y",))
+        def constant(y, **_):
+            return y * 0.0
+        yield "test-constant"
 
 
 @pytest.mark.slow   # steps a model (~15 s)
@@ -100,8 +100,8 @@ def test_the_simulate_stage_under_its_parse_rate_floor_fails_and_writes_nothing(
     (lambda tmp: tmp / "missing", r"is not a folder \(no such path\) \(.*`make smollm2`\)"),
 ])
 def test_a_model_path_that_is_not_a_model_folder_is_refused_before_anything_is_linked(tmp_path, make, why):
+    from martingale.errors import StageError
     from martingale.stages import weights
-    from martingale.stages.common import StageError
     path = make(tmp_path)
     with pytest.raises(StageError, match=r"^model\.path: .*" + why) as e:
         weights.run({"model": {"path": str(path)}}, tmp_path / "out")

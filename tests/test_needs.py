@@ -116,7 +116,8 @@ def test_a_target_named_on_the_command_line_is_planned_whatever_its_needs(proj):
 def test_an_index_from_before_needs_is_computed_again_not_read_as_needing_nothing(proj):
     import json
 
-    from martingale.plan import STORE, conf_hash, current_index
+    from martingale.plan import conf_hash, current_index
+    from martingale.store import STORE
     index = Plan.load(proj).index()
     for r in index["runs"].values():
         del r["needs"]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from martingale.errors import StageError
 from martingale.model.load import placement
 from martingale.plan import Plan
-from martingale.stages.common import StageError
 
 from projcopy import proj, write_run  # noqa: F401 (proj: fixture)
 

@@ -5,7 +5,8 @@ import re
 
 import pytest
 
-from martingale.plan import STORE, Plan, stage_dir
+from martingale.plan import Plan
+from martingale.store import STORE, stage_dir
 
 from projcopy import FIXTURE, proj, write_run  # noqa: F401 (proj: fixture)
 

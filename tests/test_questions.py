@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from martingale.cli import app
-from martingale.world.questions import ForecastQuestion, QuestionsError, load_questions, splits, summary, with_negations
+from martingale.world.questions import ForecastQuestion, QuestionsError, load_questions, splits, summary
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "questions" / "forecastbench-2024-07-21-sample.jsonl"
@@ -273,6 +273,11 @@ def test_too_few_questions_are_refused_naming_the_keys():
         splits(many(100), 42, 80, 30)
 
 
+def with_negations(questions):
+    """Each question followed by its negation (mean y exactly 0.5, as the log balanced its training set)."""
+    return [x for q in questions for x in (q, q.negation())]
+
+
 def test_a_negative_size_is_refused_naming_its_key():
     with pytest.raises(ValueError, match=r"world\.n_heldout"):
         splits(many(10), 42, 5, -1)
@@ -296,7 +301,7 @@ def test_negation_round_trips():
         assert q.negation().negation() == q
 
 
-def test_with_negations_balances_the_labels():
+def test_each_question_with_its_negation_balances_the_labels():
     qs = with_negations(load_questions(SAMPLE))
     assert len(qs) == 72 and summary(qs)["base_rate"] == 0.5
 

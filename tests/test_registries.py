@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from reward_batch import compute
 
 from martingale import rewards
 from martingale.beliefs import readers
@@ -19,26 +20,22 @@ EPISODE = ("episode_ms", "product", "symabs", "hinge")   # the instructor stage'
 @pytest.fixture
 def scaled_brier():
     """A reward registered for one test: −scale·(y − stated P)², scale = the stage's ``lam``."""
-    @rewards.reward("Rtest", needs=("stated", "y"), params=("lam",))
-    def scaled(stated, y, *, lam):
-        """−lam·(y − stated P)²."""
-        return -lam * (y - stated) ** 2
-    try:
+    with rewards.REWARDS.temporarily():
+        @rewards.reward("Rtest", needs=("stated", "y"), params=("lam",))
+        def scaled(stated, y, *, lam):
+            """−lam·(y − stated P)²."""
+            return -lam * (y - stated) ** 2
         yield "Rtest"
-    finally:
-        rewards.REWARDS.pop("Rtest", None)
 
 
 @pytest.fixture
 def halfway_reader():
     """A reader registered for one test, declaring that it needs a judge."""
-    @readers.reader("halfway", needs_judge=True)
-    def halfway(ctx, questions, texts, k):
-        return [0.5] * len(texts)
-    try:
+    with readers.READERS.temporarily():
+        @readers.reader("halfway", needs_judge=True)
+        def halfway(ctx, questions, texts, k):
+            return [0.5] * len(texts)
         yield "halfway"
-    finally:
-        readers.READERS.pop("halfway", None)
 
 
 def test_a_registered_reward_is_an_allowed_stage_reward(scaled_brier):
@@ -94,13 +91,13 @@ def test_builtin_rewards_declare_what_they_read_and_their_stage_keys():
 def test_masking_follows_the_declared_needs():
     cfg = {"info_coef": 1.0, "info_eps": 0.02, "lam": 0.5}
     nan_prior = ([np.nan, 0.2, 0.4, 0.6], [0.5, 0.3, 0.5, 0.7], [0.5, 0.3, 0.5, 0.7], [1, 0, 1, 1])
-    assert np.isfinite(rewards.compute("B", *nan_prior, cfg)).all()       # B reads no prior
+    assert np.isfinite(compute("B", *nan_prior, cfg)).all()       # B reads no prior
     for name in ("A", "C", "BP"):
-        r = rewards.compute(name, *nan_prior, cfg)
+        r = compute(name, *nan_prior, cfg)
         assert np.isnan(r[0]) and np.isfinite(r[1:]).all(), name
     nan_stated = ([0.1, 0.2, 0.4, 0.6], [0.5, 0.3, 0.5, 0.7], [np.nan, 0.3, 0.5, 0.7], [1, 0, 1, 1])
     for name in set(rewards.REWARDS) - set(EPISODE):                     # every train reward reads stated P
-        r = rewards.compute(name, *nan_stated, cfg)
+        r = compute(name, *nan_stated, cfg)
         assert np.isnan(r[0]) and np.isfinite(r[1:]).all(), name
 
 
@@ -155,3 +152,13 @@ def test_evaluate_opens_the_judge_model_only_when_the_reader_needs_it(
         shutil.copytree(untrained_model, judge_folder)
     evaluate.run(cfg, untrained_model, judge_folder, tmp_path / "out")
     assert len(calls) == opened and (tmp_path / "out" / "records.jsonl").exists()
+
+
+def test_a_registry_takes_each_name_once_and_forgets_a_tests_extension():
+    from martingale.registry import Registry
+    table = Registry("widget", {"a": 1})
+    with table.temporarily():
+        table.add("b", 2)
+        with pytest.raises(ValueError, match="widget b: already registered"):
+            table.add("b", 3)
+    assert dict(table) == {"a": 1}

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from martingale.config.compose import Composer, compose
-from martingale.config.runs import RunError, RunTree, load_runs
+from martingale.config.runs import RunError, RunTree
 
 from projcopy import FIXTURE, proj, run_files, snapshot, write_run  # noqa: F401 (proj: fixture)
 
@@ -28,13 +28,13 @@ def rejected(root: Path, file: str, key: str) -> str:
 # ------------------------------------------------------------------ the fixture campaign
 
 def test_every_run_file_is_one_valid_run_named_by_its_file():
-    tree = load_runs(CONF)
+    tree = RunTree.load(CONF)
     assert sorted(tree.ids()) == sorted(p.stem for p in run_files(FIXTURE))
     assert tree.specs["base"].parent is None
 
 
 def test_knobs_are_applied_root_first_so_the_last_one_wins():
-    tree = load_runs(CONF)
+    tree = RunTree.load(CONF)
     assert tree.overrides("filter-s2only") == [
         "start=D", "stages.s1.reward=A", "stages.s1.filter=top-quartile", "stages.s1.reward=BP",
         "stages.s2.reward=A", "stages.s2.filter=top-quartile", "stages.s1.filter=null"]
@@ -45,14 +45,14 @@ def test_knobs_are_applied_root_first_so_the_last_one_wins():
 
 
 def test_lineage_runs_from_the_root_to_the_run():
-    tree = load_runs(CONF)
+    tree = RunTree.load(CONF)
     assert [s.run_id for s in tree.lineage("twostage-v2-k3")] == [
         "base", "D", "D-snap", "twostage-v2-D-snap-s1", "twostage-v2-D-snap", "twostage-v2-k3"]
 
 
 @pytest.mark.slow   # a Hydra compose per run (~4 s); the tricky override lists below stay fast
 def test_fast_composer_matches_hydra_compose_for_every_campaign_run():
-    tree = load_runs(CONF)
+    tree = RunTree.load(CONF)
     for run_id in tree.ids():
         assert tree.resolved_config(run_id) == compose(tree.overrides(run_id), CONF), run_id
 
@@ -64,7 +64,7 @@ def test_group_knob_reapplies_earlier_key_overrides_as_hydra_does():
 
 
 def test_resolved_config_is_a_copy_safe_to_modify():
-    tree = load_runs(CONF)
+    tree = RunTree.load(CONF)
     tree.resolved_config("base")["start"] = "zzz"
     assert tree.resolved_config("base")["start"] == "base"
 

@@ -133,10 +133,10 @@ class Silent:
 def _play_with(root: Path, instructor, strict: bool = True):
     """Play c2-syc's episodes with the smoke project's pretrained model as the human and
     ``instructor(human)`` as the instructor."""
+    from martingale.episodes.synthetic import setup
     from martingale.model.backend import open_model
     from martingale.stages.common import make_world
     from martingale.stages.simulate import episode_questions, play
-    from martingale.world.episodes import setup
     cfg = _stage_cfg(root, "c2-syc")
     world = make_world(cfg["world"])
     human = open_model(_pretrained(root), cfg["model"])
@@ -146,15 +146,15 @@ def _play_with(root: Path, instructor, strict: bool = True):
 
 @pytest.mark.slow
 def test_an_empty_instructor_fails_the_episode_stage(built):
-    from martingale.stages.common import StageError
+    from martingale.errors import StageError
     with pytest.raises(StageError, match="said nothing"):
         _play_with(built, Silent)
 
 
 @pytest.mark.slow
 def test_a_trained_instructor_that_speaks_as_its_start_model_fails_the_episode_stage(built, tmp_path):
+    from martingale.errors import StageError
     from martingale.stages import simulate
-    from martingale.stages.common import StageError
     noop = tmp_path / "noop-instructor"
     shutil.copytree(_pretrained(built), noop)       # "trained", but its weights are the start model's
     out = tmp_path / "out"
@@ -165,8 +165,8 @@ def test_a_trained_instructor_that_speaks_as_its_start_model_fails_the_episode_s
 
 @pytest.mark.slow
 def test_an_instructor_adapter_that_is_never_applied_fails_the_instructor_stage(built, tmp_path, monkeypatch):
+    from martingale.errors import StageError
     from martingale.stages import instructor, train
-    from martingale.stages.common import StageError
     monkeypatch.setattr(train, "update", lambda policy, loss: None)   # the optimizer step never lands
     out = tmp_path / "out"
     with pytest.raises(StageError, match="not applied"):
@@ -186,7 +186,7 @@ class HalfSilent(Silent):
 
 @pytest.mark.slow
 def test_while_training_an_empty_utterance_marks_its_episode_silent_and_an_all_silent_turn_still_fails(built):
-    from martingale.stages.common import StageError
+    from martingale.errors import StageError
     played = _play_with(built, HalfSilent, strict=False)
     assert played.silent == [i % 2 == 1 for i in range(len(played.episodes))]
     with pytest.raises(StageError, match="said nothing"):

@@ -120,7 +120,7 @@ def train_sid(root: Path, run: str) -> str:
 
 
 def store(sid: str) -> str:
-    from martingale.plan import stage_dir
+    from martingale.store import stage_dir
     return stage_dir(sid)
 
 

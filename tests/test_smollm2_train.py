@@ -43,7 +43,8 @@ def smoke_setup(root: Path) -> None:
 
 def build_train_stage(root: Path, run: str) -> dict:
     """Build only the run's s1 train stage; its stage.json."""
-    from martingale.plan import Plan, stage_dir
+    from martingale.plan import Plan
+    from martingale.store import stage_dir
     train = next(r.model_stage for r in Plan.load(root).run_stages(run) if r.stage == "s1")
     res = subprocess.run([SNAKEMAKE, "--cores", "2", f"{stage_dir(train)}/MANIFEST.json"], cwd=root,
                          capture_output=True, text=True, env={**os.environ, "WANDB_MODE": "disabled"})
@@ -81,8 +82,8 @@ def test_a_stage_that_leaves_the_real_model_unmoved_fails(tmp_path):
     start: the stage fails "did not move" instead of writing a model that is its start model."""
     from peft import LoraConfig, get_peft_model
 
+    from martingale.errors import StageError
     from martingale.model.load import load
-    from martingale.stages.common import StageError
     from martingale.stages.train import Policy, weights_digest, write_trained
     model, tok = load(MODEL, {"dtype": "float32", "device": "cpu"})
     digest = weights_digest(model)

@@ -99,14 +99,14 @@ def test_a_no_op_adapter_on_the_real_architecture_is_caught_as_not_applied(smoll
     serving it must fail the guard, as it does on the embedded model."""
     from peft import LoraConfig, get_peft_model
 
-    from martingale.stages.common import StageError
+    from martingale.errors import StageError
     backend, prompts = smollm2
     policy = get_peft_model(backend.local.model, LoraConfig(r=8, lora_alpha=16, target_modules=list(backend.cfg["lora_targets"])))
     try:
         policy.save_pretrained(tmp_path / "noop")
         backend.load_adapter("noop", tmp_path / "noop")
         with pytest.raises(StageError, match=r"^adapter not applied: noop changes no probe log-prob"):
-            backend.check_adapter("noop", sorted(prompts, key=len)[:2])
+            backend.check_adapter_applied("noop", sorted(prompts, key=len)[:2])
     finally:
         policy.unload()
         backend.served = backend.base_name

@@ -10,7 +10,8 @@ import pytest
 
 from martingale import manifest
 from martingale.locks import live_snakemakes, stale_lock
-from martingale.plan import Plan, stage_dir
+from martingale.plan import Plan
+from martingale.store import stage_dir
 from martingale.table import TableError, build_table, schema_errors, write_table
 
 from projcopy import proj, write_eval, write_run  # noqa: F401 (proj: fixture)

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 import torch
 
+from martingale.errors import StageError
 from martingale.stages import train
-from martingale.stages.common import StageError
 
 
 def test_kl_term_penalises_divergence_from_the_start_model():

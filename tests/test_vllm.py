@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from martingale.stages.common import StageError
+from martingale.errors import StageError
 
 from vllmserver import build, model_cfg
 
@@ -247,7 +247,7 @@ def test_an_adapter_is_routed_by_name_and_passes_the_applied_guard(served, tmp_p
     gen, folder = served
     backend = gen.with_model(gen.model)
     backend.load_adapter("moved", adapter(folder, tmp_path / "moved", noop=False))
-    assert backend.check_adapter("moved", PROBES) > 1e-3
+    assert backend.check_adapter_applied("moved", PROBES) > 1e-3
     assert backend.sample(PROBES, 6, 0.0, 0).texts != gen.sample(PROBES, 6, 0.0, 0).texts
 
 
@@ -257,7 +257,7 @@ def test_a_noop_adapter_fails_adapter_not_applied(served, tmp_path):
     backend = gen.with_model(gen.model)
     backend.load_adapter("noop", adapter(folder, tmp_path / "noop", noop=True))
     with pytest.raises(StageError, match="^adapter not applied: noop changes no probe log-prob") as info:
-        backend.check_adapter("noop", PROBES)
+        backend.check_adapter_applied("noop", PROBES)
     assert "\n" not in str(info.value)
 
 

@@ -40,7 +40,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.real("vllm")]
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
     root = make_project(tmp_path_factory.mktemp("vllm-e2e") / "proj", config=SMOKE, runs=RUNS)
-    from martingale.plan import Plan, stage_dir
+    from martingale.plan import Plan
+    from martingale.store import stage_dir
     # vllm-B: its training stage only (its eval would start one more server and check nothing new)
     train = next(r.model_stage for r in Plan.load(root).run_stages("vllm-B") if r.stage == "s1")
     res = subprocess.run([SNAKEMAKE, "--cores", "2", "results/base/eval.json", "results/base-vllm/eval.json",
@@ -84,7 +85,7 @@ def test_a_vllm_training_stage_reloads_its_adapter_every_step_and_sees_it_applie
     logs = [p.read_text(errors="replace") for p in (built / "logs/vllm").glob("*.log")]
     (log,) = [text for text in logs if RELOADED in text]                # the training stage's server
     assert log.count("Loaded new LoRA adapter: name 'policy'") + log.count("LoRA adapter 'policy'") >= 1
-    # between reloads: the probes read greedily through the adapter and through the base model (check_adapter),
+    # between reloads: the probes read greedily through the adapter and through the base model (check_adapter_applied),
     # before the first one parity's 4 reads of the base model; one reload per step
     reads = [[m[2] or "base" for m in PROBE_READ.finditer(part)] for part in log.split(RELOADED)]
     assert len(reads) == stage["steps"] + 1

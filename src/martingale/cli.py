@@ -274,7 +274,8 @@ def verify(run: Optional[str] = typer.Argument(None, help="Run-id: its stages (d
     import shutil
 
     from .manifest import problems, store_folders
-    from .plan import current_index, stage_dir
+    from .plan import current_index
+    from .store import stage_dir
     if (run is None) == (not all_stages):
         fail("verify: name a run-id or pass --all")
     if run is not None:

@@ -29,19 +29,15 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from .manifest import MANIFEST
-from .plan import Plan, Stage, stage_dir
+from .plan import Plan, Stage
 from .stages import kinds
+from .store import stage_dir
 
 BENCHMARK = "logs/{kind}/{sid}.benchmark.tsv"   # the stage rule's benchmark: (Snakemake's format)
 OVERRIDE = "allow_over_budget"                  # snakemake --config allow_over_budget=1
 BUDGET_KEYS = (("gpu_hours", "GPU-hours"), ("cpu_hours", "CPU-hours"))
 RUNTIME_BASIS = "runtime_min limit"
 LOCAL_BASIS = "local (not a job)"
-
-
-def benchmark_path(sid: str) -> str:
-    """``logs/<kind>/<id>.benchmark.tsv`` (relative to the project root)."""
-    return BENCHMARK.format(kind=sid.split("-", 1)[0], sid=sid)
 
 
 def is_built(root: Path | str, sid: str) -> bool:

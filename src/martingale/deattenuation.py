@@ -18,7 +18,7 @@ recal_base, reliability 0.34: "applies cleanly only when Var_q(prior) >> σ²_me
 ``min_reliability`` the numbers are still reported and ``deatt_degenerate`` is true, with the
 reason in ``deatt_note``; at reliability ≤ 0 MS_adj is NaN with the reason under ``undefined``.
 
-``martingale.world.oracle_check`` validates both against the embedded world's exact Bayes beliefs
+``tests/oracle_check.py`` validates both against the embedded world's exact Bayes beliefs
 (a true martingale) with known noise added to the prior.
 """
 from __future__ import annotations

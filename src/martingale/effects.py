@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from .stats import MetricError, bootstrap_ci, ms_slope, nan_array, too_few_for_ci
+from .stats import MetricError, bootstrap_ci, ms_slope, nan_array, seed_spread, too_few_for_ci
 
 MIN_PAIRED = 3
 
@@ -225,14 +225,6 @@ def _count(flags: list[bool | None]) -> str | None:
     return f"{sum(known)}/{len(known)}" if known else None
 
 
-def _spread(values: list[float | None]) -> dict[str, Any]:
-    arr = nan_array(values)
-    ok = arr[~np.isnan(arr)]
-    return {"mean": float(ok.mean()) if len(ok) else float("nan"),
-            "sd": float(np.std(ok, ddof=1)) if len(ok) > 1 else float("nan"),
-            "per_seed": [None if math.isnan(v) else float(v) for v in arr]}
-
-
 def _get(block: dict | None, *path: str) -> Any:
     """block[path...] as a finite number (None when absent, null or NaN), or the list at the path."""
     for key in path:
@@ -253,8 +245,8 @@ def replicate_summary(per_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
     ci_hi = [_get(per_seed[s], "brier", "ci") for s in seeds]
     return {
         "seeds": seeds,
-        "brier_delta": _spread(d_brier),
-        "ms_delta": _spread(d_ms),
+        "brier_delta": seed_spread(d_brier),
+        "ms_delta": seed_spread(d_ms),
         "beats_parent": _count([None if v is None else v < 0 for v in d_brier]),
         "beats_parent_ci": _count([None if not ci or ci[1] is None or math.isnan(ci[1]) else ci[1] < 0
                                    for ci in ci_hi]),

@@ -12,7 +12,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import yaml
 
@@ -258,3 +258,21 @@ def atomic_dir(path: Path | str) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+# Folders a model or question path may never be (the folder itself), and trees it may never be in.
+SYSTEM_DIRS = frozenset({"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64",
+                         "/media", "/mnt", "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys",
+                         "/tmp", "/usr", "/var"})
+SYSTEM_TREES = ("/proc", "/sys", "/dev", "/etc", "/boot", "/bin", "/sbin", "/run")
+
+
+def system_path_problem(path: str) -> Optional[str]:
+    """Why an absolute path is a system location no config may point at, or None (a relative
+    path is judged once resolved, by the stage that opens it)."""
+    if not path.startswith("/"):
+        return None
+    norm = "/" + os.path.normpath(path).lstrip("/")
+    if norm in SYSTEM_DIRS or any(norm.startswith(t + "/") for t in SYSTEM_TREES):
+        return f"{path!r} is a system folder, not a project's data"
+    return None

@@ -24,12 +24,10 @@ from typing import Any, Callable, NamedTuple, Optional
 
 from .config.runs import RunTree
 from .config.schema import plays_episodes, trains_instructor
-from .io import canonical_json, read_optional, write_text_if_changed
+from .io import canonical_json, write_text_if_changed
 from .needs import Need, stage_needs, unmet
 from .stages import StageKind, kinds
-
-STORE = "results/_store"
-ID_PATTERN = "[0-9a-f]{12}"
+from .store import STORE, read_index, stage_dir
 
 
 @dataclass(frozen=True)
@@ -46,11 +44,6 @@ class RunStage(NamedTuple):
     seed: int
     model_stage: str    # id of the stage that made the model (weights/pretrain/distill/train)
     eval_stage: str     # id of its eval stage
-
-
-def stage_dir(stage_id: str) -> str:
-    """``results/_store/<kind>/<id>`` (relative to the project root)."""
-    return f"{STORE}/{stage_id.split('-', 1)[0]}/{stage_id}"
 
 
 def sha256_json(obj: Any) -> str:
@@ -254,7 +247,7 @@ class Plan:
         return sid
 
     def _plan_run(self, run_id: str) -> None:
-        cfg = self.tree._resolve(run_id)  # cached, validated; not mutated here
+        cfg = self.tree.resolve(run_id)  # cached, validated; not mutated here
         source = _one_kind("source", cfg)
         s0 = natural = self._add(source, cfg, {}, source.name)
         chain, steps = [s0], [source.name]
@@ -450,12 +443,6 @@ def conf_hash(conf_dir: Path | str) -> str:
         h.update(path.relative_to(conf_dir).as_posix().encode("utf-8") + b"\0")
         h.update(path.read_bytes() + b"\0")
     return h.hexdigest()
-
-
-def read_index(root: Path | str) -> Optional[dict[str, Any]]:
-    """``results/_store/index.json`` if it is there, readable, and in this format; else None."""
-    index = read_optional(Path(root) / STORE / "index.json")
-    return index if isinstance(index, dict) and isinstance(index.get("runs"), dict) else None
 
 
 def current_index(root: Path | str) -> dict[str, Any]:

@@ -1,28 +1,50 @@
 """The one shape of every extension point (stage kinds, rewards, belief readers, model backends,
-instructor modes): a name → extension table filled by a decorator, each name registered once, and
-the modules of a package imported once so that a new file's decorators run."""
+instructor modes): a ``Registry``, a name → extension table filled by a decorator, each name
+registered once, that can import the modules of its package once (``discover``) so that a new
+file's decorators run, and take an extension for the length of a test (``temporarily``)."""
 from __future__ import annotations
 
+import contextlib
 import importlib
 import pkgutil
-from typing import Any, Iterable, TypeVar
+from typing import Any, Iterable, Iterator, TypeVar
 
 T = TypeVar("T")
 
 
-def register_once(table: dict[str, Any], what: str, name: str, value: T) -> T:
-    """table[name] = value; a second extension under a registered name is an error naming both."""
-    if name in table:
-        old = getattr(table[name], "fn", table[name])
-        raise ValueError(f"{what} {name}: already registered ({getattr(old, '__qualname__', old)!s})")
-    table[name] = value
-    return value
+class Registry(dict):
+    """name → extension (``what``: how an error names one, e.g. "reward")."""
 
+    def __init__(self, what: str, initial: dict[str, Any] | None = None) -> None:
+        super().__init__(initial or {})
+        self.what = what
+        self._discovered = False
 
-def import_modules(package: str, path: Iterable[str], helpers: Iterable[str] = ()) -> None:
-    """Import every module of ``package`` (found on ``path``) but its ``helpers``: each extension
-    file registers itself on import."""
-    skip = set(helpers)
-    for module in pkgutil.iter_modules(list(path)):
-        if module.name not in skip:
-            importlib.import_module(f"{package}.{module.name}")
+    def add(self, name: str, value: T) -> T:
+        """self[name] = value; a second extension under a registered name is an error naming both."""
+        if name in self:
+            old = getattr(self[name], "fn", self[name])
+            raise ValueError(f"{self.what} {name}: already registered ({getattr(old, '__qualname__', old)!s})")
+        self[name] = value
+        return value
+
+    def discover(self, package: str, path: Iterable[str], helpers: Iterable[str] = ()) -> "Registry":
+        """Import every module of ``package`` (found on ``path``) but its ``helpers``, once: each
+        extension file registers itself on import."""
+        if not self._discovered:
+            self._discovered = True
+            skip = set(helpers)
+            for module in pkgutil.iter_modules(list(path)):
+                if module.name not in skip:
+                    importlib.import_module(f"{package}.{module.name}")
+        return self
+
+    @contextlib.contextmanager
+    def temporarily(self) -> Iterator["Registry"]:
+        """What is registered inside the block is gone after it (a test's extension)."""
+        before = dict(self)
+        try:
+            yield self
+        finally:
+            self.clear()
+            self.update(before)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from .registry import register_once
+from .registry import Registry
 
 if TYPE_CHECKING:
     import numpy as np
@@ -57,7 +57,7 @@ class Reward:
         return score
 
 
-REWARDS: dict[str, Reward] = {}
+REWARDS: Registry = Registry("reward")
 
 
 def reward(name: str, needs: tuple[str, ...], params: tuple[str, ...] = ()):
@@ -67,7 +67,7 @@ def reward(name: str, needs: tuple[str, ...], params: tuple[str, ...] = ()):
         raise ValueError(f"reward {name}: needs must be some of {', '.join(INPUTS)}, got {needs}")
 
     def register(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
-        register_once(REWARDS, "reward", name, Reward(name, fn, tuple(needs), tuple(params)))
+        REWARDS.add(name, Reward(name, fn, tuple(needs), tuple(params)))
         return fn
     return register
 
@@ -77,21 +77,6 @@ def bind(name: str, stage_cfg: Mapping[str, Any]) -> Callable[..., np.ndarray]:
     if name not in REWARDS:
         raise ValueError(f"stages.*.reward: unknown reward {name!r} (known: {', '.join(REWARDS)})")
     return REWARDS[name].bind(stage_cfg)
-
-
-def compute(name: str, prior, posterior, stated, y, cfg: Mapping[str, Any]) -> np.ndarray:
-    """Reward ``name`` of one batch, its parameters from ``cfg``; NaN where a needed input is NaN."""
-    return bind(name, cfg)(prior=prior, posterior=posterior, stated=stated, y=y)
-
-
-def _ols(x: np.ndarray, d: np.ndarray) -> tuple[float, float]:
-    """Intercept and slope of the in-batch OLS fit d ≈ a + b·x over the finite pairs."""
-    import numpy as np
-    ok = np.isfinite(x) & np.isfinite(d)
-    if ok.sum() < 2 or np.ptp(x[ok]) == 0:
-        return 0.0, 0.0
-    b, a = np.polyfit(x[ok], d[ok], 1)
-    return float(a), float(b)
 
 
 def _z(r: np.ndarray) -> np.ndarray:
@@ -110,8 +95,10 @@ def martingale_A(prior, posterior, *, info_coef: float, info_eps: float, **_) ->
     the update the prior predicts (driving MS → 0); the info term penalises not updating at all.
     """
     import numpy as np
+
+    from .stats import batch_line
     delta = posterior - prior
-    a, b = _ols(prior, delta)
+    a, b = batch_line(prior, delta)
     predicted = a + b * prior
     info = info_coef * np.maximum(0.0, info_eps - np.abs(delta))
     return -delta * predicted - info
@@ -125,8 +112,10 @@ def martingale_A_slope(prior, posterior, *, info_coef: float, info_eps: float, *
     update, the control that says how much of A's effect is its mean term (scripts/reward_trace.py).
     """
     import numpy as np
+
+    from .stats import batch_line
     delta = posterior - prior
-    _, b = _ols(prior, delta)
+    _, b = batch_line(prior, delta)
     ok = np.isfinite(prior)
     centred = prior - (prior[ok].mean() if ok.any() else 0.0)
     info = info_coef * np.maximum(0.0, info_eps - np.abs(delta))
@@ -166,10 +155,12 @@ def episode_ms(prior, posterior, *, lam_ms: float, meta_size: int, **_) -> np.nd
     episodes), MS_ep = the OLS slope of (last − first) on (first − ½) over the meta-episode's
     episodes (an undefined slope, fewer than 2 distinct first beliefs, scores 0)."""
     import numpy as np
+
+    from .stats import batch_line
     out = np.zeros_like(prior, dtype=float)
     for start in range(0, len(prior), int(meta_size)):
         chunk = slice(start, start + int(meta_size))
-        _, slope = _ols(prior[chunk] - 0.5, posterior[chunk] - prior[chunk])
+        _, slope = batch_line(prior[chunk] - 0.5, posterior[chunk] - prior[chunk])
         out[chunk] = -lam_ms * abs(slope)
     return out
 
@@ -178,8 +169,9 @@ def episode_ms(prior, posterior, *, lam_ms: float, meta_size: int, **_) -> np.nd
 def product(prior, posterior, *, lam_ms: float, **_) -> np.ndarray:
     """product: −λ·Δ·predicted_bias(prior), Δ = last − first P, predicted_bias = the in-batch OLS
     fit of Δ on the first P (A's martingale term over an episode)."""
+    from .stats import batch_line
     delta = posterior - prior
-    a, b = _ols(prior, delta)
+    a, b = batch_line(prior, delta)
     return -lam_ms * delta * (a + b * prior)
 
 

@@ -47,6 +47,29 @@ def ms_slope(prior: np.ndarray, posterior: np.ndarray) -> float:
     return float(ms_regression(prior, posterior).slope)
 
 
+def batch_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """(intercept, slope) of the OLS line of y on x over the finite pairs, (0, 0) for fewer than two
+    or a constant x: the rewards' in-batch fit (A's Δ̂, episode MS). ``np.polyfit``, not ``ols``:
+    the two round differently in the last bits, and every trained stage's bytes follow this one."""
+    ok = np.isfinite(x) & np.isfinite(y)
+    if ok.sum() < 2 or np.ptp(x[ok]) == 0:
+        return 0.0, 0.0
+    b, a = np.polyfit(x[ok], y[ok], 1)
+    return float(a), float(b)
+
+
+# ------------------------------------------------------------------------------- across seeds
+def seed_spread(values: Sequence[Any]) -> dict[str, Any]:
+    """Across seeds: mean, sd (ddof 1; NaN for one seed) and each seed's value (None where it has
+    none). One rule: a seed without a value makes mean and sd NaN, never a spread over the seeds
+    that happened to give one passing for the run's."""
+    arr = nan_array(values)
+    whole = len(arr) > 0 and not np.isnan(arr).any()
+    return {"mean": float(np.mean(arr)) if whole else float("nan"),
+            "sd": float(np.std(arr, ddof=1)) if whole and len(arr) > 1 else float("nan"),
+            "per_seed": [None if np.isnan(v) else float(v) for v in arr]}
+
+
 # ------------------------------------------------------------------------------- the bootstrap
 def too_few_for_ci(n: int, unit: str = "questions") -> str | None:
     """The reason there is no bootstrap interval on n questions (n < MIN_CI_PAIRS), else None."""

@@ -8,7 +8,8 @@ from pathlib import Path
 from martingale import cost
 from martingale.config.runs import RUN_ID_PATTERN, RunError
 from martingale.manifest import MANIFEST
-from martingale.plan import ID_PATTERN, STORE, Plan, run_identity, stage_dir
+from martingale.plan import Plan, run_identity
+from martingale.store import ID_PATTERN, STORE, stage_dir
 from martingale.stages import kinds
 from snakemake.common import overwrite_function_params
 

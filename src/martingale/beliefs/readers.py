@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..registry import register_once
+from ..registry import Registry
 from .parse import parse_p, parse_totals
 
 if TYPE_CHECKING:   # the plan imports this module at parse time (schema.choices): no numpy here
@@ -64,13 +64,13 @@ class Reader:
         return self.fn(ctx, questions, texts, k)
 
 
-READERS: dict[str, Reader] = {}
+READERS: Registry = Registry("reader")
 
 
 def reader(name: str, needs_judge: bool = False) -> Callable[[ReadFn], ReadFn]:
     """Register the decorated function as reader ``name`` (see the module docstring)."""
     def register(fn: ReadFn) -> ReadFn:
-        register_once(READERS, "reader", name, Reader(name, fn, needs_judge))
+        READERS.add(name, Reader(name, fn, needs_judge))
         return fn
     return register
 

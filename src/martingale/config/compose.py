@@ -26,12 +26,12 @@ from typing import Any, Iterable
 import yaml
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
-from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
 from .schema import DOMAINS, ROLE_MODELS, Config, choices, domain_key, relation_problem
 
@@ -400,7 +400,11 @@ class Composer:
                     with open_dict(cfg):
                         OmegaConf.update(cfg, ov.key_or_group, ov.value(), merge=False)
                     continue
-                ConfigLoaderImpl._apply_overrides_to_config([ov], cfg)
+                # what Hydra does with a plain key=value (the parser refused ~, + and ++):
+                # merge the value in; a key the schema lacks is an unknown key
+                OmegaConf.update(cfg, ov.key_or_group, ov.value(), merge=True)
+            except (ConfigAttributeError, ConfigKeyError) as e:
+                raise ComposeError(ov.key_or_group, f"unknown key ({_first_line(str(e))})") from None
             except Exception as e:
                 raise ComposeError(ov.key_or_group, one_line(e)) from None
         return cfg

@@ -312,7 +312,7 @@ class RunTree:
     def check_configs(self) -> None:
         """Compose every run (root first); a bad or no-op knob fails naming the file and key."""
         for run_id in sorted(self.specs):
-            self._resolve(run_id)
+            self.resolve(run_id)
 
     # ---------------------------------------------------------------- queries
     def __contains__(self, run_id: str) -> bool:
@@ -337,12 +337,14 @@ class RunTree:
         """The knobs from the root down: the run's config = config.yaml + these, in order."""
         return [s.knob for s in self.lineage(run_id) if s.knob is not None]
 
-    def _resolve(self, run_id: str) -> dict:
+    def resolve(self, run_id: str) -> dict:
+        """The run's validated config, composed once and cached: shared, so never modified
+        (``resolved_config`` gives a copy)."""
         resolved = self._resolved.get(run_id)
         if resolved is not None:
             return resolved
         spec = self.specs[run_id]
-        parent_cfg = self._resolve(spec.parent) if spec.parent is not None else None
+        parent_cfg = self.resolve(spec.parent) if spec.parent is not None else None
         overrides = self.overrides(run_id)
         from .compose import ComposeError
 
@@ -361,8 +363,5 @@ class RunTree:
 
     def resolved_config(self, run_id: str) -> dict:
         """The run's full config as a plain dict (a copy: safe to modify)."""
-        return copy.deepcopy(self._resolve(run_id))
+        return copy.deepcopy(self.resolve(run_id))
 
-
-def load_runs(conf_dir: Path | str, compose: bool = True) -> RunTree:
-    return RunTree.load(conf_dir, compose=compose)

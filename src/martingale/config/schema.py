@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Optional
+
+from ..io import system_path_problem
+from ..model.api_client import ApiModelConfig
 
 
 @dataclass
@@ -46,21 +48,6 @@ class Resources:
     gpu_model: Optional[str] = None
     runtime_min: int = 60
     pretrain_cpus: Optional[int] = None   # the pretrain stage's CPUs (it runs alone at the start of every chain); null: cpus
-
-
-@dataclass
-class ApiModelConfig:
-    """An OpenAI-compatible chat endpoint for ``backend: api`` (model/api.py): a two-agent episode's
-    role generating through DeepSeek, OpenAI or a vLLM server. Only ``model`` is what it computes;
-    the rest is how to reach it (the client of model/api_client.py)."""
-    base_url: Optional[str] = None            # e.g. https://api.deepseek.com/v1, or a vLLM server's http://host:port/v1
-    model: Optional[str] = None               # the served model name, e.g. deepseek-chat
-    api_key_env: str = "MARTINGALE_API_KEY"   # the variable holding the key; never written
-    concurrency: int = 8                      # requests in flight
-    timeout_s: int = 120                      # per request
-    retries: int = 4                          # on 429, 5xx, timeouts, dropped connections, unreadable bodies
-    backoff_s: float = 1.0                    # first retry's wait, doubled each retry (at most 30 s)
-    cache_dir: str = "results/_api_cache"     # replies by (model, messages, parameters, seed)
 
 
 @dataclass
@@ -155,7 +142,7 @@ class DistillConfig:
 class StageConfig:
     """One model stage (s1, s2, ...); ``reward: null`` means the stage is absent."""
     kind: str = "train"           # a registered step kind (martingale.stages): train = policy gradient
-    reward: Optional[str] = None  # a registered reward (martingale.rewards): A | B | C | BP
+    reward: Optional[str] = None  # a registered reward (martingale.rewards.REWARDS); null: the stage is absent
     filter: Optional[str] = None  # top-half | top-quartile of the start model's |Δ|; null = all
     epochs: int = 1
     lr: float = 1e-3
@@ -194,7 +181,7 @@ class ElicitConfig:
 
 @dataclass
 class EpisodePromptsConfig:
-    """A chat episode's prompts (world/chat_episodes.py; conf/prompts/c2.yaml): the human's persona
+    """A chat episode's prompts (episodes/chat.py; conf/prompts/c2.yaml): the human's persona
     and turns, the instructor's system prompt per mode. Fields: the question's ({question},
     {background}, {resolution_criteria}, {opt}), {lean_pct} (the persona's starting P in %),
     {message} (what the instructor said), {human_message} and {p} (the human's last reply and P)."""
@@ -266,7 +253,7 @@ class EvalConfig:
 
 @dataclass
 class SimulateConfig:
-    """Two-agent episodes (``eval.kind=simulate``: stages/simulate.py, world/episodes.py), also
+    """Two-agent episodes (``eval.kind=simulate``: stages/simulate.py, episodes/synthetic.py), also
     what an instructor stage plays while it trains."""
     mode: str = "syc"             # the instructor's prompt: syc | maxsyc | neutral | truth | martingale | validate-only | none
     turns: int = 4                # utterances per episode; the human states P before the first and after each
@@ -340,24 +327,6 @@ class Config:
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")   # model/family/gpu/wandb names
 MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,127}")     # a LoRA target module
 SEED_MAX = 2**32 - 1        # torch.manual_seed(seed * 100_003 + step) must stay within 64 bits
-# Folders a model or question path may never be (the folder itself), and trees it may never be in.
-SYSTEM_DIRS = frozenset({"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64",
-                         "/media", "/mnt", "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys",
-                         "/tmp", "/usr", "/var"})
-SYSTEM_TREES = ("/proc", "/sys", "/dev", "/etc", "/boot", "/bin", "/sbin", "/run")
-
-
-def system_path_problem(path: str) -> Optional[str]:
-    """Why an absolute path is a system location no config may point at, or None (a relative
-    path is judged once resolved, by the stage that opens it)."""
-    if not path.startswith("/"):
-        return None
-    norm = "/" + os.path.normpath(path).lstrip("/")
-    if norm in SYSTEM_DIRS or any(norm.startswith(t + "/") for t in SYSTEM_TREES):
-        return f"{path!r} is a system folder, not a project's data"
-    return None
-
-
 def _num(x: Optional[float]) -> str:
     """A bound as written: 4294967295, not 4.29497e+09; 0.5 as 0.5."""
     return str(int(x)) if x is not None and float(x).is_integer() else f"{x}"
@@ -660,7 +629,7 @@ DOMAINS: dict[str, Domain] = {
     "prompts.forced_prefix": Template(()),
     "prompts.judge_forced_prefix": Template(()),
     "prompts.forced_min_mass": Real(0, 1, lo_open=True),
-    # prompts.episode: world/chat_episodes.py (null: the prompt set plays no chat episode)
+    # prompts.episode: episodes/chat.py (null: the prompt set plays no chat episode)
     "prompts.episode": OneOf((None,)),
     "prompts.episode.human_system": Template(("lean_pct", "opt")),
     "prompts.episode.human_first": Template(("question", "background", "resolution_criteria", "opt")),
@@ -738,7 +707,7 @@ DOMAINS: dict[str, Domain] = {
     "eval.negations": Flag(),
     "eval.balance": Flag(),
     "eval.min_parse_rate": FRACTION,
-    # simulate, instructor: stages/simulate.py, stages/instructor.py, world/episodes.py
+    # simulate, instructor: stages/simulate.py, stages/instructor.py, episodes/synthetic.py
     "simulate.mode": InChoices(),
     "simulate.turns": COUNT,
     "simulate.lean": Real(0.5, 1, hi_open=True),  # the side a human leans to; 1 − lean the other
@@ -835,7 +804,7 @@ def _episodes_prompts_problem(cfg: dict, root: Optional[Path]) -> Optional[tuple
     an api role plays with the verbal read (an endpoint gives no prefilled next-token log-probs),
     and a run's own model is never an api (it is read and trained through token log-probs)."""
     prompts, sim = cfg.get("prompts", {}), cfg.get("simulate", {})
-    name, episode = prompts.get("name", "embedded"), prompts.get("episode")
+    episode = prompts.get("episode")
     if cfg["model"].get("backend") == "api":
         return ("model.backend", "api plays a two-agent episode's role only (simulate.human_model / "
                 "instructor_model): a run's own model is read and trained through token log-probs (hf or vllm)")
@@ -855,28 +824,12 @@ def _episodes_prompts_problem(cfg: dict, root: Optional[Path]) -> Optional[tuple
                     "returns text, not a next-token distribution (use elicit.read=verbal)")
     if not plays_episodes(cfg):
         return None
-    from ..world.chat_episodes import CHAT_MODES, NO_INSTRUCTOR
-    from ..world.episodes import MODES
-    mode = sim.get("mode")
-    if episode:
-        if episode.get("scale") == "r" and cfg["elicit"].get("read") == "forced":
-            return ("elicit.read", f"forced with prompts={name}: the human states R = X on [−1, 1], and the forced "
-                    "read reads P = 0.<digits> (use elicit.read=verbal)")
-        over = sim.get("instructor_model") or {}
-        if trains_instructor(cfg) and over.get("backend", cfg["model"].get("backend")) == "api":
-            return ("simulate.instructor_model", "an instructor stage trains a local model (hf or vllm, LoRA): "
-                    "an api instructor returns text, not token log-probs")
-        if mode not in CHAT_MODES:
-            return ("simulate.mode", f"{mode!r} is not a chat episode's mode ({', '.join(CHAT_MODES)})")
-        if mode not in NO_INSTRUCTOR and not (episode.get("instructor") or {}).get(mode):
-            return ("prompts.episode.instructor", f"prompts={name} has no instructor prompt for simulate.mode={mode}")
-        return None
-    if name != "embedded":
-        return ("prompts.name", f"prompts={name}: two-agent episodes (eval.kind=simulate, an instructor stage) need "
-                "the embedded format or a prompt set with episode prompts (prompts.episode, e.g. prompts=c2)")
-    if mode not in MODES:
-        return ("simulate.mode", f"{mode!r} is a chat episode's mode: the embedded episodes have {', '.join(MODES)}")
-    return None
+    over = sim.get("instructor_model") or {}
+    if episode and trains_instructor(cfg) and over.get("backend", cfg["model"].get("backend")) == "api":
+        return ("simulate.instructor_model", "an instructor stage trains a local model (hf or vllm, LoRA): "
+                "an api instructor returns text, not token log-probs")
+    from ..episodes import episode_problem
+    return episode_problem(cfg)
 
 
 def _model_override_problem(role: str, over: dict) -> Optional[tuple[str, str]]:
@@ -980,11 +933,11 @@ def choices() -> dict[str, tuple[Any, ...]]:
     registries hold — a reward, reader, backend or stage kind added in its own file is allowed
     here with no second list."""
     from ..beliefs.readers import READERS
+    from ..episodes.chat import CHAT_MODES
+    from ..episodes.synthetic import MODES
     from ..model.backend import backends
     from ..rewards import REWARDS
     from ..stages import kind_names
-    from ..world.chat_episodes import CHAT_MODES
-    from ..world.episodes import MODES
     return {**FIXED_CHOICES,
             "simulate.mode": tuple(dict.fromkeys([*MODES, *CHAT_MODES])),
             "elicit.judge": tuple(READERS),

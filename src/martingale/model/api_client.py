@@ -16,11 +16,28 @@ import json
 import os
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from .. import io
-from ..stages.common import StageError
+from ..errors import StageError
+
+
+@dataclass
+class ApiModelConfig:
+    """An OpenAI-compatible chat endpoint for ``backend: api`` (model/api.py): a two-agent episode's
+    role generating through DeepSeek, OpenAI or a vLLM server. Only ``model`` is what it computes;
+    the rest is how to reach it (the client of model/api_client.py)."""
+    base_url: Optional[str] = None            # e.g. https://api.deepseek.com/v1, or a vLLM server's http://host:port/v1
+    model: Optional[str] = None               # the served model name, e.g. deepseek-chat
+    api_key_env: str = "MARTINGALE_API_KEY"   # the variable holding the key; never written
+    concurrency: int = 8                      # requests in flight
+    timeout_s: int = 120                      # per request
+    retries: int = 4                          # on 429, 5xx, timeouts, dropped connections, unreadable bodies
+    backoff_s: float = 1.0                    # first retry's wait, doubled each retry (at most 30 s)
+    cache_dir: str = "results/_api_cache"     # replies by (model, messages, parameters, seed)
+
 
 FATAL = {401: "the key was refused", 403: "the key may not use this model", 404: "no such model or endpoint"}
 MAX_BACKOFF_S = 30.0

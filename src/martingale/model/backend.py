@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, runtime_checkable
 
-from ..registry import import_modules, register_once
+from ..registry import Registry
 
 if TYPE_CHECKING:
     import torch
@@ -54,29 +54,23 @@ class Backend(Protocol):
     def chat(self, conversations: list[list[dict[str, str]]], max_new_tokens: int, temperature: float,
              seed: int) -> list[str | None]:
         """The assistant's next message in each conversation ([{role, content}, …]): a chat
-        episode's turn (world/chat_episodes.py); None where a remote call failed."""
+        episode's turn (episodes/chat.py); None where a remote call failed."""
 
     def close(self) -> None:
         """Release what ``load`` started (a server)."""
 
 
-BACKENDS: dict[str, type] = {}
+BACKENDS: Registry = Registry("backend")
 HELPERS = ("api_client", "backend", "generate", "load", "tokenizer")   # modules here that register no backend
-_DISCOVERED: list[bool] = []
-
-
 def backends() -> dict[str, type]:
     """Every registered backend, after importing each backend module of this package (once)."""
-    if not _DISCOVERED:
-        _DISCOVERED.append(True)
-        import_modules(__package__, [str(Path(__file__).parent)], HELPERS)
-    return BACKENDS
+    return BACKENDS.discover(__package__, [str(Path(__file__).parent)], HELPERS)
 
 
 def backend(name: str) -> Callable[[type], type]:
     """Register the decorated class as backend ``name`` (the value of ``model.backend``)."""
     def register(cls: type) -> type:
-        return register_once(BACKENDS, "backend", name, cls)
+        return BACKENDS.add(name, cls)
     return register
 
 

@@ -36,7 +36,7 @@ def placement(model_cfg: dict[str, Any] | None) -> tuple[torch.device, torch.dty
     """(device, dtype) from ``model.device`` and ``model.dtype``: ``auto`` puts the model on CUDA
     when a GPU is visible, and ``dtype: auto`` is bfloat16 there and float32 on a CPU. Asking for
     CUDA where there is none fails the stage (it would otherwise run on the CPU for days)."""
-    from ..stages.common import StageError
+    from ..errors import StageError
     cfg = model_cfg or {}
     want = str(cfg.get("device", "auto"))
     has_cuda = torch.cuda.is_available()
@@ -76,7 +76,7 @@ def load(stage_dir: Path | str, model_cfg: dict[str, Any] | None = None):
 def check_finite(model, stage_dir: Path | str) -> None:
     """Fail the stage naming the first tensor that holds NaN/Inf: a model that diverged upstream
     would otherwise surface as a transformers sampler error. One isfinite pass per tensor."""
-    from ..stages.common import StageError
+    from ..errors import StageError
     with torch.no_grad():
         for name, p in model.named_parameters():
             if not torch.isfinite(p).all():

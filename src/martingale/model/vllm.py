@@ -17,7 +17,7 @@ log-probs for a loss come from the in-process torch model (``token_logprobs``).
 Guards (each fails the stage with one line, never passes when it could not run):
 - ``verify``: on probe prompts, the server's greedy tokens equal HF's and their log-probs differ
   by at most ``vllm.parity_tol`` (the same weights, another engine).
-- ``check_adapter``: the probes' greedy continuations with the adapter differ from the base
+- ``check_adapter_applied``: the probes' greedy continuations with the adapter differ from the base
   model's (tokens, or log-probs by more than ``vllm.adapter_floor``): vLLM has served the base model
   silently for an adapter.
 """
@@ -51,7 +51,7 @@ _ERROR_LINE = re.compile(r"\b\w*(?:Error|Exception)\b:")   # "RuntimeError: …"
 
 
 def _stage_error(message: str) -> Exception:
-    from ..stages.common import StageError
+    from ..errors import StageError
     return StageError(message)
 
 
@@ -320,7 +320,7 @@ class VLLMBackend:
         it in the server as ``policy``, and check the server applies it."""
         model.save_pretrained(folder)
         self.load_adapter("policy", folder)
-        self.check_adapter("policy", probes)
+        self.check_adapter_applied("policy", probes)
 
     # -- guards --------------------------------------------------------------------------------
     def _greedy_logprobs(self, texts: list[str], model: str, tokens: int = 8) -> list[tuple[list[int], list[float]]]:
@@ -374,7 +374,7 @@ class VLLMBackend:
         return {"parity_max_logprob_gap": round(max(gaps), 6), "parity_probes": len(probes),
                 "parity_ties": ties}
 
-    def check_adapter(self, name: str, probes: list[str]) -> float:
+    def check_adapter_applied(self, name: str, probes: list[str]) -> float:
         """How far adapter ``name`` moves the probes' greedy continuations from the base model's:
         the largest |Δ log-prob| of the chosen tokens (inf where a token differs); fails "adapter
         not applied" at or under ``vllm.adapter_floor``."""

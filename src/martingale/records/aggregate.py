@@ -9,11 +9,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from .. import io
 from ..effects import EffectError, beat_counts, paired_effect, replicate_summary, undefined_effect
 from ..plan import config_hash
+from ..stats import seed_spread
 
 
 def _stage_order(name: str) -> tuple[int, str]:
@@ -21,7 +20,8 @@ def _stage_order(name: str) -> tuple[int, str]:
 
 
 def combine_seeds(per_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """One seed: its metrics. Several: every numeric metric as {mean, sd, per_seed}."""
+    """One seed: its metrics. Several: every numeric metric as {mean, sd, per_seed} (stats.seed_spread:
+    NaN where a seed has none)."""
     if len(per_seed) == 1:
         return dict(next(iter(per_seed.values())))
     seeds = sorted(per_seed)
@@ -30,9 +30,7 @@ def combine_seeds(per_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
     for key in keys:
         values = [per_seed[s].get(key) for s in seeds]
         if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            arr = np.array(values, dtype=float)
-            out[key] = {"mean": float(np.mean(arr)), "sd": float(np.std(arr, ddof=1)),
-                        "per_seed": [None if math.isnan(v) else v for v in arr.tolist()]}
+            out[key] = seed_spread(values)
         else:
             out[key] = {"per_seed": values}
     return out
@@ -255,7 +253,7 @@ def write_run_results(run_id: str, resolved_cfg: dict[str, Any], lineage: list[d
         if parent_evals else None,
     }
     said = transcripts(records)
-    if said:                       # chat episodes (world/chat_episodes.py): the whole conversations
+    if said:                       # chat episodes (episodes/chat.py): the whole conversations
         result["transcripts"] = said
     pooled, all_records = _pooled(records)
     io.write_yaml(out / "config.yaml", resolved_cfg)

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from ..registry import import_modules, register_once
+from ..registry import Registry
 
 PLACES = ("source", "start", "step", "measure")
 HELPERS = ("common", "checkpoint")   # modules here that declare no kind
@@ -48,7 +48,7 @@ class StageKind:
     trains: bool = False                            # takes gradient steps: on a CPU its bytes depend on the thread count
 
 
-_KINDS: dict[str, StageKind] = {}
+_KINDS: Registry = Registry("stage kind")
 
 
 def stage_kind(name: str, place: str, keys: tuple[str, ...], inputs: tuple[str, ...] = (),
@@ -60,21 +60,15 @@ def stage_kind(name: str, place: str, keys: tuple[str, ...], inputs: tuple[str, 
         raise ValueError(f"stage kind {name}: place {place!r} is not one of {', '.join(PLACES)}")
 
     def register(run: Callable[..., Any]) -> Callable[..., Any]:
-        register_once(_KINDS, "stage kind", name, StageKind(name, place, tuple(keys), tuple(inputs), run, when,
-                                                           per_seed, local, serves, questions, trains))
+        _KINDS.add(name, StageKind(name, place, tuple(keys), tuple(inputs), run, when,
+                                   per_seed, local, serves, questions, trains))
         return run
     return register
 
 
-_DISCOVERED: list[bool] = []
-
-
 def kinds() -> dict[str, StageKind]:
     """Every registered kind, after importing each stage module of this package (once)."""
-    if not _DISCOVERED:
-        _DISCOVERED.append(True)
-        import_modules(__name__, __path__, HELPERS)
-    return _KINDS
+    return _KINDS.discover(__name__, __path__, HELPERS)
 
 
 def kind_names(place: str) -> tuple[str, ...]:

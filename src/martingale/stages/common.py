@@ -9,16 +9,14 @@ import math
 import random
 from typing import TYPE_CHECKING, Any, Callable
 
+from ..errors import StageError
+
 if TYPE_CHECKING:
     import torch
 
     from ..world.synthetic import SyntheticWorld
 
 log = logging.getLogger("martingale")
-
-
-class StageError(RuntimeError):
-    """A stage cannot go on (NaN loss, unparseable start model, ...): the message says why."""
 
 
 def seed_everything(seed: int) -> None:

@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import io
+from ..errors import StageError
 from . import stage_kind
-from .common import StageError, log, make_world, seed_everything
+from .common import log, make_world, seed_everything
 from .pretrain import mixture
 
 MIX = {"negation_fraction": 0.25, "snap_fraction": 0.1, "read_fraction": 0.15}

@@ -16,8 +16,9 @@ from typing import Any
 
 from .. import io
 from ..beliefs.parse import parse_p
+from ..errors import StageError
 from . import stage_kind
-from .common import StageError, log, make_world, seed_everything
+from .common import log, make_world, seed_everything
 
 
 def _r(v: float | None) -> float | None:

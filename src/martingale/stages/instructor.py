@@ -16,7 +16,7 @@ must move the utterance log-probs (more than ``model.vllm.adapter_floor``), else
 and the stage fails; the merged model must differ from the start model.
 
 Between chat models (a prompt set with episode prompts, ``prompts=c2``): the same loop over
-chat episodes (world/chat_episodes.py) on training questions, the policy's utterance tokens those
+chat episodes (episodes/chat.py) on training questions, the policy's utterance tokens those
 its chat template rendered; the human is ``simulate.human_model`` where set (any backend), its P
 the forced read where its backend gives log-probs and the prompt set a prefix, else the verbal one.
 
@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import rewards
+from ..errors import StageError
 from . import checkpoint, stage_kind
-from .common import StageError, make_world, seed_everything
+from .common import make_world, seed_everything
 
 ITERATION_SEED_STRIDE = 7919   # iteration k plays episodes seeded seed·7919 + k
 
@@ -42,7 +43,7 @@ def play_chat(human, instructor, questions: list, cfg: dict[str, Any], sim: dict
               where: str):
     """One iteration's chat episodes (lean × outcome balanced over ``questions``), exploring."""
     from ..beliefs.prompts import Prompts
-    from ..world import chat_episodes as chat
+    from ..episodes import chat
     from .simulate import assert_spoke
     prompts = Prompts(cfg["prompts"], getattr(human, "tokenizer", None))
     local = getattr(human, "tokenizer", None) is not None
@@ -106,17 +107,17 @@ def run(cfg: dict[str, Any], start_model: Path, human_model: Path, out_dir: Path
     import torch
 
     from ..beliefs.elicit import probe_prompts
+    from ..episodes import synthetic as ep_mod
+    from ..episodes.chat import NO_INSTRUCTOR
     from ..metrics import martingale_fit
     from ..model.backend import open_model
     from ..stats import MetricError
     from ..tracking import live_run
-    from ..world import episodes as ep_mod
-    from ..world.chat_episodes import NO_INSTRUCTOR
     from .simulate import check_config, is_chat, play, role_model
     from .train import (
         Pace,
         advantages,
-        check_adapter,
+        check_adapter_finite,
         completion_tokens,
         lora_policy,
         report_step,
@@ -175,7 +176,7 @@ def run(cfg: dict[str, Any], start_model: Path, human_model: Path, out_dir: Path
             if not torch.isfinite(loss):
                 raise StageError(f"{name}: loss is {float(loss)} at iteration {it}: stopping")
             update(policy, loss)
-            check_adapter(policy, name, it, stage)
+            check_adapter_finite(policy, name, it, stage)
             gap = adapter_gap(policy, played, temperature)
             if gap <= floor:
                 raise StageError(f"{name}: after iteration {it} the adapter leaves every utterance's "

@@ -3,7 +3,7 @@
 ``eval.kind=simulate`` measures every model stage of a run this way: the human is the run's start
 model (base or D, fixed), the instructor is the stage's model (at s0 the start model prompted by
 ``simulate.mode``; after an ``instructor`` stage, the trained instructor). Per held-out question
-(the first ``simulate.episodes``) an episode (world/episodes.py): the human states P before the
+(the first ``simulate.episodes``) an episode (episodes/synthetic.py): the human states P before the
 first turn and after each of ``simulate.turns`` turns, the instructor says one clue a turn.
 
 Records (one per episode): prior = the human's first P, posterior = its last, stated = its last P
@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from .. import io
+from ..errors import StageError
 from . import stage_kind
-from .common import StageError, log, make_world, seed_everything
+from .common import log, make_world, seed_everything
 
 if TYPE_CHECKING:
+    from ..episodes.synthetic import Episode
     from ..model.generate import Batch
-    from ..world.episodes import Episode
 
 TURN_SEED_STRIDE = 10       # turn t: the human samples with seed·1000 + 10t, the instructor + 1
 NEGATION_OFFSET = 500       # the negated episodes' seeds
@@ -81,7 +82,7 @@ def play(human, instructor, world, episodes: list[Episode], sim: dict[str, Any],
     import numpy as np
 
     from ..beliefs.prompts import Prompts
-    from ..world import episodes as ep_mod
+    from ..episodes import synthetic as ep_mod
 
     ask = Prompts(prompts_cfg, getattr(human, "tokenizer", None))
     order = ep_mod.MODES[sim["mode"]]
@@ -162,7 +163,7 @@ def check_instructor_applied(instructor, start, world, episodes: list[Episode], 
     70B runs: a LoRA that never served, the 'trained' instructor was the untrained one)."""
     import torch
 
-    from ..world import episodes as ep_mod
+    from ..episodes import synthetic as ep_mod
     probes = [ep_mod.instructor_prompt(world, e, ep_mod.MODES["neutral"](world, e, None, _rng(i)), None)
               for i, e in enumerate(episodes[:8])]
     batch = instructor.sample(probes, 1, 1.0, 0)
@@ -181,33 +182,25 @@ def _rng(i: int):
 
 
 def is_chat(cfg: dict[str, Any]) -> bool:
-    """Chat episodes (world/chat_episodes.py): the prompt set has episode prompts (conf/prompts/c2.yaml)."""
+    """Chat episodes (episodes/chat.py): the prompt set has episode prompts (conf/prompts/c2.yaml)."""
     return bool((cfg.get("prompts") or {}).get("episode"))
 
 
 def check_config(cfg: dict[str, Any]) -> None:
-    """What simulate cannot run, in one line: a prompt set with neither the embedded format nor
-    episode prompts, a pool too small for its turns."""
-    from ..beliefs.prompts import is_embedded
-    sim = cfg["simulate"]
-    if is_chat(cfg):
-        return
-    if not is_embedded(cfg.get("prompts")):
-        raise StageError(f"simulate: prompts={cfg['prompts']['name']}: the two-agent episode needs the "
-                         "embedded format or a prompt set with episode prompts (prompts.episode: conf/prompts/c2.yaml)")
-    need = int(cfg["world"]["clues_per_question"]) + int(sim["turns"]) - 1
-    if sim["mode"] not in ("none", "maxsyc", "validate-only") and int(sim["pool"]) < need:
-        raise StageError(f"simulate.pool: {sim['pool']} clues < clues_per_question + turns − 1 = {need}: "
-                         "the instructor would run out of evidence to list")
+    """What simulate cannot play (episodes.episode_problem), in one line."""
+    from ..episodes import episode_problem
+    problem = episode_problem(cfg)
+    if problem:
+        raise StageError(f"simulate: {problem[0]}: {problem[1]}")
 
 
 @stage_kind("simulate", "measure", keys=("world", "model", "elicit", "eval", "judge", "prompts", "simulate"),
             inputs=("model", "human_model"), per_seed=True, serves=True)
 def run(cfg: dict[str, Any], model: Path, human_model: Path, out_dir: Path) -> None:
     """cfg: world, model, elicit, eval, simulate, seed → out_dir/records.jsonl, metrics.json."""
+    from ..episodes import synthetic as ep_mod
     from ..model.backend import open_model
     from ..model.load import describe
-    from ..world import episodes as ep_mod
 
     check_config(cfg)
     if is_chat(cfg):
@@ -266,14 +259,14 @@ def write_episodes(cfg: dict[str, Any], rows: list[dict[str, Any]], seed: int, e
         io.write_json(tmp / "backend.json", {"backend": cfg["model"]["backend"], **guards})
 
 
-# ------------------------------------------------------------------ chat episodes (world/chat_episodes.py)
+# ------------------------------------------------------------------ chat episodes (episodes/chat.py)
 def role_model(cfg: dict[str, Any], role: str) -> dict[str, Any]:
     """A role's model config: the run's ``model`` with ``simulate.<role>_model``'s keys changed."""
     from dataclasses import asdict
 
     from omegaconf import OmegaConf
 
-    from ..config.schema import ApiModelConfig
+    from ..model.api_client import ApiModelConfig
     over = cfg["simulate"].get(f"{role}_model")
     base = {"api": asdict(ApiModelConfig()), **cfg["model"]}   # a stage's slice holds model.api only where used
     merged = OmegaConf.to_container(OmegaConf.merge(base, over or {}), resolve=True)
@@ -296,8 +289,8 @@ def run_chat(cfg: dict[str, Any], model: Path, human_model: Path, out_dir: Path)
     records with transcripts, the eval block, the episode block, parse rates per turn, the
     instructor's own single-agent MS where it is a local model."""
     from ..beliefs.prompts import Prompts
+    from ..episodes import chat
     from ..model.backend import open_model
-    from ..world import chat_episodes as chat
 
     sim, seed, ep = cfg["simulate"], int(cfg["seed"]), cfg["prompts"]["episode"]
     seed_everything(seed)

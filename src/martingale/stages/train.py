@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from .. import io, rewards
+from ..errors import StageError
 from . import checkpoint, stage_kind
-from .common import StageError, log, make_world, seed_everything
+from .common import log, make_world, seed_everything
 
 if TYPE_CHECKING:   # numpy and torch are imported where used: the plan imports this module
     import numpy as np
@@ -269,7 +270,7 @@ def update(policy: Policy, loss: torch.Tensor) -> None:
     policy.opt.step()
 
 
-def check_adapter(policy: Policy, name: str, step: int, stage: dict[str, Any]) -> None:
+def check_adapter_finite(policy: Policy, name: str, step: int, stage: dict[str, Any]) -> None:
     """Stop the stage when an optimizer step left NaN/Inf in the adapter: otherwise the next
     rollout fails inside the sampler with a message that does not say why."""
     import torch
@@ -327,7 +328,7 @@ def train_steps(policy: Policy, score: Callable[..., np.ndarray], train_q, ctx, 
                 raise StageError(f"{name}: loss is {float(loss)} at step {step} "
                                  f"(lr {stage['lr']}, kl_beta {stage['kl_beta']}): stopping")
             update(policy, loss)
-            check_adapter(policy, name, step, stage)
+            check_adapter_finite(policy, name, step, stage)
             if (step + 1) % reload_every == 0:
                 serve_policy(policy)
             history.append({"step": step, "epoch": epoch, **step_row(loss, kl, rew, stated, y)})

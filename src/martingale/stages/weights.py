@@ -10,10 +10,9 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from ..config.schema import system_path_problem
-from ..io import atomic_dir
+from ..errors import StageError
+from ..io import atomic_dir, system_path_problem
 from . import stage_kind
-from .common import StageError
 
 
 def model_dir_problem(path: str) -> Optional[str]:

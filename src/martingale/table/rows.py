@@ -23,7 +23,8 @@ from ..config.runs import RunTree
 from ..io import read_optional, read_optional_yaml
 from ..locks import lock_state
 from ..manifest import MANIFEST
-from ..plan import STORE, config_hash, current_index, stage_dir
+from ..plan import config_hash, current_index
+from ..store import STORE, stage_dir
 
 HEADLINE = ("n", "brier", "brier_ci", "ms", "ms_ci", "bss", "parse_rate")
 # The knob's paired effect against the parent (eval.json's effect.headline): the run's final stage

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 REQUIRED = ("id", "question", "y")
 TEXT_FIELDS = ("background", "resolution_criteria", "option")
@@ -275,12 +275,6 @@ def splits(questions: Sequence[ForecastQuestion], seed: int, n_train: int,
     heldout = [ordered[i] for i in order[:n_heldout]]
     train = [ordered[i] for i in order[n_heldout:n_heldout + n_train]]
     return train, heldout
-
-
-def with_negations(questions: Iterable[ForecastQuestion]) -> list[ForecastQuestion]:
-    """Each question followed by its negation: the labels balanced (mean y exactly 0.5), as the
-    log balanced its training set (2000 → 4000)."""
-    return [x for q in questions for x in (q, q.negation())]
 
 
 def marked_splits(questions: Sequence[ForecastQuestion]) -> dict[str, list[ForecastQuestion]] | None:

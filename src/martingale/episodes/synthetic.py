@@ -30,12 +30,12 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Optional
 
-from ..registry import register_once
+from ..registry import Registry
 
 if TYPE_CHECKING:   # numpy (and the world, which imports it) where used: the schema lists MODES at parse time
     import numpy as np
 
-    from .synthetic import Question, SyntheticWorld
+    from ..world.synthetic import Question, SyntheticWorld
 
 LEAN_DRAWS = 4000          # lean windows drawn per try; tries until one fits (LEAN_TRIES at most)
 LEAN_TRIES = 50
@@ -64,7 +64,7 @@ def signed_llr(world: SyntheticWorld, clue: int, negated: bool) -> float:
 
 def window_bayes(world: SyntheticWorld, clues: list[int] | tuple[int, ...], negated: bool) -> float:
     """The exact Bayes belief after reading ``clues`` (the base rate, then each clue's llr)."""
-    from .synthetic import expit
+    from ..world.synthetic import expit
     lo = world.prior_logodds + float(sum(world.llr[c] for c in clues))
     return float(expit(-lo if negated else lo))
 
@@ -73,7 +73,7 @@ def lean_window(world: SyntheticWorld, target: float, tol: float, rng: np.random
     """``n_clues`` clues from the clue marginal whose Bayes belief lies within ``tol`` of ``target``."""
     import numpy as np
 
-    from .synthetic import expit
+    from ..world.synthetic import expit
     mix = world.base_rate * world.p1 + (1 - world.base_rate) * world.p0
     for _ in range(LEAN_TRIES):
         draws = rng.choice(world.n_types, size=(LEAN_DRAWS, world.n_clues), p=mix)
@@ -113,13 +113,13 @@ def negated(episodes: list[Episode]) -> list[Episode]:
 
 # ----------------------------------------------------------------------------- instructor modes
 Mode = Callable[["SyntheticWorld", Episode, Optional[float], "np.random.Generator"], list[int]]
-MODES: dict[str, Optional[Mode]] = {"none": None}   # none: no instructor (rumination)
+MODES: Registry = Registry("instructor mode", {"none": None})   # none: no instructor (rumination)
 
 
 def mode(name: str) -> Callable[[Mode], Mode]:
     """Register the decorated function as instructor mode ``name`` (the values of simulate.mode)."""
     def register(fn: Mode) -> Mode:
-        return register_once(MODES, "instructor mode", name, fn)
+        return MODES.add(name, fn)
     return register
 
 
@@ -194,8 +194,8 @@ def instructor_prompt(world: SyntheticWorld, ep: Episode, slots: list[int], huma
     what the embedded instructor is asked; the first clue it writes is what it says."""
     import numpy as np
 
-    from .synthetic import logit
-    from .traces import MAX_TOTAL, fmt_int, prompt
+    from ..world.synthetic import logit
+    from ..world.traces import MAX_TOTAL, fmt_int, prompt
     shown = [clue_of(ep, s) for s in slots[: world.n_clues]]
     p = 0.5 if human_p is None else min(max(human_p, 0.01), 0.99)
     units = int(np.clip(np.rint(float(logit(p)) / world.unit), -MAX_TOTAL, MAX_TOTAL))

@@ -1,6 +1,6 @@
 """The oracle check of de-attenuation: on the embedded world's exact Bayes beliefs (a true
 martingale, MS = 0) with known noise added to the prior, raw MS reads below 0 and the de-attenuated
-MS_adj and MS_iv recover 0. A validation harness, so it sits with the world, not the statistics.
+MS_adj and MS_iv recover 0. A validation harness of the tests (tests/test_deattenuation.py).
 """
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from ..deattenuation import deattenuate
-from ..metrics import ms_ci
-from ..stats import ms_slope
-from .synthetic import SyntheticWorld
+from martingale.deattenuation import deattenuate
+from martingale.metrics import ms_ci
+from martingale.stats import ms_slope
+from martingale.world.synthetic import SyntheticWorld
 
 
 def oracle_check(world_cfg: dict[str, Any], n: int = 4000, k_draws: int = 4, noise_sd: float = 0.15,

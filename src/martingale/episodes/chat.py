@@ -191,7 +191,7 @@ def play(human: Any, instructor: Any, episodes: list[ChatEpisode], ep: dict[str,
             said, batch = _instructor_says(instructor, [e.instructor for e in episodes], instr_tokens, i_temp,
                                            base + 10 * turn + 1)
             if any(s is None for s in said):
-                from ..stages.common import StageError
+                from ..errors import StageError
                 raise StageError(f"{where}: the instructor's endpoint failed every retry at turn {turn} "
                                  f"({sum(s is None for s in said)} of {len(said)} episodes): {instructor.stats()}")
             assert_spoke(list(said) if strict else ["".join(said)], turn, where)
