@@ -1,13 +1,17 @@
-"""Hydra-composed bases are cached on disk by content: a fresh process plans without composing,
-and any change to what Hydra composes from (a conf/ file, the schema) composes again."""
+"""Hydra-composed bases, and the validated configs of the run tree, are cached on disk by content: a
+fresh process plans without composing, and any change to what they follow from (a conf/ file, a
+run's knob, the schema, the code) composes again."""
 from __future__ import annotations
+
+import shutil
 
 import pytest
 
-from martingale.config import compose
+from martingale.config import compose, runs
+from martingale.config.runs import RunError, RunTree
 from martingale.plan import Plan
 
-from projcopy import proj  # noqa: F401 (fixture)
+from projcopy import REPO, proj, write_run  # noqa: F401 (proj: fixture)
 
 
 @pytest.fixture
@@ -47,6 +51,7 @@ def test_an_edited_group_file_is_composed_again_and_its_edit_is_seen(proj, fresh
 
 def test_a_schema_change_is_composed_again(proj, fresh_process, monkeypatch):
     Plan.load(proj)
+    shutil.rmtree(proj / runs.RESOLVED_CACHE)   # the run configs' cache: keyed by the code (below)
     fresh_process.clear()
     monkeypatch.setattr(compose, "_BASES", {})
     monkeypatch.setattr(compose, "_store_digest", lambda: "another schema")
@@ -58,7 +63,48 @@ def test_a_corrupt_cache_file_is_composed_again(proj, fresh_process, monkeypatch
     Plan.load(proj)
     for f in (proj / ".cache" / "compose").glob("*.pkl"):
         f.write_bytes(b"not a pickle")
+    shutil.rmtree(proj / runs.RESOLVED_CACHE)
     fresh_process.clear()
     monkeypatch.setattr(compose, "_BASES", {})
     assert Plan.load(proj).stages
     assert fresh_process
+
+
+def test_a_second_process_reads_the_validated_run_configs_without_a_composer(proj):
+    first = RunTree.load(proj / "conf")
+    assert list((proj / runs.RESOLVED_CACHE).glob("*.pkl"))
+    second = RunTree.load(proj / "conf")
+    assert second._composer is None
+    assert {r: second.resolve(r) for r in second.ids()} == {r: first.resolve(r) for r in first.ids()}
+
+
+def test_a_changed_knob_is_composed_again_and_a_bad_one_is_refused(proj):
+    RunTree.load(proj / "conf")
+    write_run(proj, "bad.yaml", "parent: base\nknob: stages.s1.lr=-1\n")
+    with pytest.raises(RunError, match=r"bad\.yaml: stages\.s1\.lr"):
+        RunTree.load(proj / "conf")
+
+
+def test_a_code_change_is_composed_again(proj, monkeypatch):
+    RunTree.load(proj / "conf")
+    monkeypatch.setattr(runs, "code_digest", lambda: "another version of the code")
+    assert RunTree.load(proj / "conf")._composer is not None
+
+
+def test_a_corrupt_run_configs_cache_is_composed_again(proj):
+    RunTree.load(proj / "conf")
+    for f in (proj / runs.RESOLVED_CACHE).glob("*.pkl"):
+        f.write_bytes(b"not a pickle")
+    assert RunTree.load(proj / "conf")._composer is not None
+
+
+def test_a_questions_file_gone_after_caching_is_still_refused(proj):
+    """What the key does not cover, a file outside conf/, is checked on every load."""
+    questions = proj / "data" / "questions" / "synthetic-world.jsonl"
+    questions.parent.mkdir(parents=True)
+    shutil.copy(REPO / "data" / "questions" / "synthetic-world.jsonl", questions)
+    write_run(proj, "asked.yaml", "parent: base\nknob: world=jsonl\n")
+    RunTree.load(proj / "conf")
+    questions.unlink()
+    with pytest.raises(RunError, match=r"asked\.yaml: world\.questions_file: .*not found"):
+        RunTree.load(proj / "conf")

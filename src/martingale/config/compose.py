@@ -33,6 +33,7 @@ from hydra.core.override_parser.types import Override
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
+from .digest import conf_digest
 from .schema import DOMAINS, ROLE_MODELS, Config, choices, domain_key, relation_problem
 
 SCHEMA_NAME = "martingale_schema"
@@ -311,15 +312,6 @@ def _write_cached(path: Path, blob: bytes) -> None:
         pass
 
 
-def _conf_digest(conf_dir: Path) -> str:
-    h = hashlib.sha256()
-    for p in sorted(conf_dir.rglob("*")):
-        rel = p.relative_to(conf_dir)
-        if p.is_file() and rel.parts[0] != "runs" and p.suffix in (".yaml", ".yml"):
-            h.update(str(rel).encode() + b"\0" + p.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
 def _default_choices(conf_dir: Path) -> dict[str, str]:
     """Group choices named in config.yaml's defaults list (``- elicit: samemode``)."""
     try:
@@ -349,7 +341,7 @@ class Composer:
             p.name: sorted({f.stem for f in p.iterdir() if f.suffix in (".yaml", ".yml")})
             for p in self.conf_dir.iterdir() if p.is_dir() and p.name != "runs"
         }
-        self._digest = _conf_digest(self.conf_dir)
+        self._digest = conf_digest(self.conf_dir)
         self._store = _store_digest()
         self._defaults = _default_choices(self.conf_dir)
         self._cache: dict[tuple[str, ...], dict] = {}

@@ -7,6 +7,7 @@ ancestors' knobs, root first (:meth:`RunTree.overrides`).
 from __future__ import annotations
 
 import copy
+import hashlib
 import os
 import re
 from dataclasses import dataclass, field
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 import yaml
+
+from .digest import code_digest, conf_digest
 
 if TYPE_CHECKING:  # Hydra is imported only when configs are composed (the table never does)
     from .compose import Composer
@@ -199,6 +202,29 @@ def _check_metadata(data: dict, err) -> tuple[str, ...]:
     return tuple(claims)
 
 
+RESOLVED_CACHE = Path(".cache") / "runs"   # validated run configs by content (RunTree.check_configs)
+
+
+def _read_resolved(path: Path) -> Any:
+    """The cached configs, or None when absent or unreadable (then every run is composed again)."""
+    import pickle
+    try:
+        return pickle.loads(path.read_bytes())
+    except Exception:
+        return None
+
+
+def _write_resolved(path: Path, resolved: dict[str, dict]) -> None:
+    """Atomically; a read-only tree is fine (the next process composes again)."""
+    import pickle
+
+    from ..io import write_bytes
+    try:
+        write_bytes(path, pickle.dumps(resolved, protocol=pickle.HIGHEST_PROTOCOL))
+    except OSError:
+        pass
+
+
 def parse_run_file(path: Path, text: str | None = None) -> RunSpec:
     """Read and check one run file on its own (not its parent or its config).
 
@@ -310,9 +336,35 @@ class RunTree:
         return self._composer
 
     def check_configs(self) -> None:
-        """Compose every run (root first); a bad or no-op knob fails naming the file and key."""
+        """Compose every run (root first); a bad or no-op knob fails naming the file and key.
+
+        The validated configs are cached on disk (``.cache/runs/``) by all they follow from: conf/'s
+        files, each run's parent and knob, the code (every module of the package: the schema, the
+        checks, the registries) and Hydra's and OmegaConf's versions. A fresh process with nothing
+        changed composes none, imports no Hydra, and re-checks only what lies outside that key,
+        the questions files runs read."""
+        path = self._cache_path()
+        cached = _read_resolved(path)
+        if isinstance(cached, dict) and cached.keys() == self.specs.keys():
+            self._resolved = cached
+            from .schema import questions_file_problem
+            root = self.conf_dir.resolve().parent
+            for run_id in sorted(self.specs):
+                why = questions_file_problem(cached[run_id], root)
+                if why:
+                    raise self._err(run_id, "world.questions_file", why)
+            return
         for run_id in sorted(self.specs):
             self.resolve(run_id)
+        _write_resolved(path, self._resolved)
+
+    def _cache_path(self) -> Path:
+        import json
+        from importlib.metadata import version
+
+        key = json.dumps([conf_digest(self.conf_dir), code_digest(), version("hydra-core"), version("omegaconf"),
+                          sorted((r, s.parent, s.knob) for r, s in self.specs.items())])
+        return self.conf_dir.parent / RESOLVED_CACHE / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.pkl"
 
     # ---------------------------------------------------------------- queries
     def __contains__(self, run_id: str) -> bool:

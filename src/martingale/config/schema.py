@@ -749,7 +749,7 @@ RELATIONS: tuple[tuple[str, Any, str], ...] = (
 )
 
 
-def _questions_file_problem(cfg: dict, root: Optional[Path]) -> Optional[str]:
+def questions_file_problem(cfg: dict, root: Optional[Path]) -> Optional[str]:
     """world=jsonl: the file must exist, be valid and hold the questions the splits ask for (a
     relative path is read from the project ``root``, as the stages read it)."""
     w = cfg["world"]
@@ -880,7 +880,7 @@ def _forced_read_problem(cfg: dict, root: Optional[Path]) -> Optional[tuple[str,
 
 # Checks whose message depends on what they find: (key, check(cfg, project root) -> why, (key, why) or None).
 CHECKS: tuple[tuple[str, Any], ...] = (
-    ("world.questions_file", _questions_file_problem),
+    ("world.questions_file", questions_file_problem),
     ("stages.*.reward", _episode_reward_problem),
     ("prompts.name", _episodes_prompts_problem),
     ("elicit.read", _forced_read_problem),
