@@ -49,6 +49,20 @@ def test_unparsed_sample_gets_the_worst_advantage():
     assert a[1] == -3.0 and np.isfinite(a).all()
 
 
+def _moved_policy(model, cfg, stage, loss_batch):
+    """The LoRA policy with its adapter moved off zero (seed 0), the loss taken loss_batch rows at a time."""
+    import torch
+
+    from martingale.model.backend import HFBackend
+    from martingale.stages.train import lora_policy
+    torch.manual_seed(0)
+    policy = lora_policy(HFBackend.load(model, cfg["model"]), stage, {**cfg["model"], "loss_batch": loss_batch})
+    with torch.no_grad():
+        for p in policy.params:
+            p.normal_(0, 0.05)
+    return policy
+
+
 def test_constant_rewards_give_zero_advantage():
     assert np.all(train.advantages(np.ones(6), np.array([0, 0, 0, 1, 1, 1]), 3.0) == 0)
 
@@ -71,20 +85,14 @@ def test_a_loss_accumulated_a_few_rows_at_a_time_has_the_whole_batchs_gradient(d
 
     from martingale.beliefs.elicit import rollout
     from martingale.beliefs.readers import ReadContext
-    from martingale.model.backend import HFBackend
-    from martingale.stages.train import lora_policy, rollout_loss
+    from martingale.stages.train import rollout_loss
     from martingale.world.synthetic import SyntheticWorld
     world = SyntheticWorld(default_cfg["world"])
     qs = [q for q in world.splits()[0][:3] for _ in range(2)]
     stage = {**default_cfg["stages"]["s1"], "lora_r": 4}
     grads = []
     for rows in (0, 2):
-        torch.manual_seed(0)
-        policy = lora_policy(HFBackend.load(untrained_model, default_cfg["model"]), stage,
-                             {**default_cfg["model"], "loss_batch": rows})
-        with torch.no_grad():
-            for p in policy.params:
-                p.normal_(0, 0.05)
+        policy = _moved_policy(untrained_model, default_cfg, stage, rows)
         ro = rollout(policy.gen, qs, ReadContext(world=world, judge=policy.gen, config=default_cfg),
                      {"mode": "samemode", "judge": "trace", "cut": 0.5}, seed=3, temperature=1.0)
         adv = torch.linspace(-1, 1, len(qs))
@@ -109,21 +117,14 @@ def test_the_instructors_utterance_loss_accumulated_a_few_episodes_at_a_time_has
 
     from martingale.beliefs.elicit import rollout
     from martingale.beliefs.readers import ReadContext
-    from martingale.model.backend import HFBackend
     from martingale.stages.instructor import utterance_loss
-    from martingale.stages.train import lora_policy
     from martingale.world.synthetic import SyntheticWorld
     world = SyntheticWorld(default_cfg["world"])
     qs = world.splits()[0][:4]
     stage = {**default_cfg["stages"]["s1"], "lora_r": 4}
     out = []
     for rows in (0, 2):
-        torch.manual_seed(0)
-        policy = lora_policy(HFBackend.load(untrained_model, default_cfg["model"]), stage,
-                             {**default_cfg["model"], "loss_batch": rows})
-        with torch.no_grad():
-            for p in policy.params:
-                p.normal_(0, 0.05)
+        policy = _moved_policy(untrained_model, default_cfg, stage, rows)
         turns = [rollout(policy.gen, qs, ReadContext(world=world, judge=policy.gen, config=default_cfg),
                          {"mode": "samemode", "judge": "trace", "cut": 0.5}, seed=s, temperature=1.0).trace
                  for s in (3, 4)]                     # two turns of four episodes
