@@ -125,3 +125,36 @@ def aggregate_fn() -> Callable[..., Any]:
     """``martingale.records.aggregate.write_run_results``."""
     from martingale.records.aggregate import write_run_results
     return write_run_results
+
+
+# The jobs of the three scripts in workflow/scripts, each ``fn(snakemake)``: a script hands its job
+# to martingale.warm.run_job, which runs it in a warm child of the build's worker or in place.
+def stage_job(snakemake: Any) -> None:
+    """workflow/scripts/stage.py: the stage kind named by the rule (run_stage), logged."""
+    run_logged(snakemake, lambda: run_stage(snakemake))
+
+
+def aggregate_job(snakemake: Any) -> None:
+    """workflow/scripts/aggregate.py: one run gathered (its evals, its parent's and the natural
+    model's checked against their manifests first): eval.json with the knob's paired effect and the
+    plots (records.aggregate.write_run_results), landed.json, then the run's wandb mirror."""
+    def body() -> None:
+        from .manifest import require
+        evals, parent_evals, natural_evals = ([dict(e, dir=Path(e["dir"])) for e in group]
+                                              for group in (snakemake.params.evals, snakemake.params.parent_evals,
+                                                            snakemake.params.natural_evals))
+        for e in evals + parent_evals + natural_evals:
+            require(e["dir"])
+        cfg, lineage = dict(snakemake.params.cfg), list(snakemake.params.lineage)
+        aggregate_fn()(snakemake.wildcards.run, cfg, lineage, evals, Path(snakemake.output.evals).parent,
+                       parent_evals=parent_evals, natural_evals=natural_evals)
+        record_landing(Path(snakemake.output.landed))
+        track_run(snakemake.wildcards.run, cfg, lineage, Path(snakemake.output.evals))
+    run_logged(snakemake, body)
+
+
+def table_job(snakemake: Any) -> None:
+    """workflow/scripts/runs_table.py: runs.json, RUNS.md, runs.html and FINDINGS.md regenerated
+    from the run files and the results (table.write_table)."""
+    from .table import write_table
+    run_logged(snakemake, lambda: write_table(Path(snakemake.output.table).resolve().parent))

@@ -1,10 +1,6 @@
-"""Any stage kind's job (thin): martingale.smk.run_stage runs the kind named by the rule, with the
-rule's log as its log. Stage bodies import torch inside the job, never while Snakemake parses."""
-from martingale.smk import run_logged, run_stage
+"""Any stage kind's job (thin): martingale.smk.stage_job runs the kind named by the rule, with the
+rule's log as its log, in a warm child of the build's worker when one serves (martingale.warm).
+Stage bodies import torch inside the job, never while Snakemake parses."""
+from martingale.warm import run_job
 
-
-def main(smk):
-    run_logged(smk, lambda: run_stage(smk))
-
-
-main(snakemake)  # noqa: F821 (injected by Snakemake)
+run_job(snakemake, "martingale.smk:stage_job")  # noqa: F821 (injected by Snakemake)

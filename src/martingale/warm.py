@@ -1,0 +1,223 @@
+"""A warm worker for local builds: one process that has imported torch, transformers, peft, scipy,
+pandas, matplotlib and wandb forks a child for each job, so a job starts in a fraction of a second
+instead of spending ~7-10 s importing them (half of an eval stage's wall time on 2 cores).
+
+Snakemake's ``onstart`` starts it for a local build (``start``; never for a cluster executor, a dry
+run or ``--config warm=0``) and ``onsuccess``/``onerror`` stop it; it also exits when the Snakemake
+process that started it is gone. Each job script calls ``run_job(snakemake, target)``: it hands its
+``snakemake`` object, cwd, environment and stdio to the worker over a Unix socket (Linux's abstract
+namespace: no file; a peer of another user is refused) and waits; the child runs ``target`` exactly
+as the script would have, and its exit status becomes the script's. No worker (none started, or it
+died): the job runs in the script's own process, as before. A job killed (its script gets SIGTERM,
+or dies) kills its child: the child sees the connection close and raises the stage's SIGTERM path,
+which removes its partial output. Only third-party libraries are preloaded: the project's own
+modules are imported fresh in each child, so a job runs the code on disk when it starts.
+"""
+from __future__ import annotations
+
+import gc
+import importlib
+import os
+import pickle
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Optional
+
+ENV = "MARTINGALE_WARM"           # the worker's socket name, set in Snakemake's env by start()
+PRELOAD = ("numpy", "scipy.stats", "pandas", "matplotlib.figure", "matplotlib.backends.backend_agg",
+           "torch", "transformers", "peft", "wandb", "safetensors.torch", "requests", "yaml")
+PRELOAD_ATTRS = (("transformers", ("AutoModelForCausalLM", "AutoTokenizer", "LlamaConfig", "LlamaForCausalLM")),
+                 ("peft", ("LoraConfig", "PeftModel", "get_peft_model")))
+_HEADER = struct.Struct("!Q")
+_STATUS = struct.Struct("!i")
+_WORKER: Optional[subprocess.Popen] = None
+
+
+def call(target: str, smk: Any) -> Any:
+    """Run ``target`` ("module:function") on the job's snakemake object in this process."""
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)(smk)
+
+
+# --------------------------------------------------------------------------- the job's side
+def run_job(smk: Any, target: str) -> None:
+    """Run ``target`` for this job in a warm child of the build's worker, or here when none serves."""
+    conn = _connect(os.environ.get(ENV))
+    if conn is None:
+        call(target, smk)
+        return
+    payload = pickle.dumps((target, smk, os.getcwd(), dict(os.environ)), protocol=pickle.HIGHEST_PROTOCOL)
+    with conn:
+        try:
+            socket.send_fds(conn, [_HEADER.pack(len(payload))], [0, 1, 2])   # the child writes where we would
+            conn.sendall(payload)
+            status = _recv_exact(conn, _STATUS.size)
+        except OSError:
+            status = None
+    if status is None:
+        sys.exit("martingale: the warm worker's child ended without a status (killed, or the worker refused "
+                 "the job): the job failed")
+    code = _STATUS.unpack(status)[0]
+    if code:
+        sys.exit(code)
+
+
+def _connect(name: Optional[str]) -> Optional[socket.socket]:
+    if not name or not sys.platform.startswith("linux"):
+        return None
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect("\0" + name)
+    except OSError:
+        conn.close()
+        return None
+    return conn
+
+
+def _recv_exact(conn: socket.socket, n: int) -> Optional[bytes]:
+    data = b""
+    while len(data) < n:
+        part = conn.recv(n - len(data))
+        if not part:
+            return None
+        data += part
+    return data
+
+
+# --------------------------------------------------------------------------- the worker
+def serve(name: str, parent: int, preload: tuple[str, ...] = PRELOAD) -> None:
+    """Listen on ``name``, import ``preload``, then fork a child per job until ``parent`` exits. A
+    job that connects while it imports waits for it (the imports cost what the job's own would)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # a Ctrl-C reaches the jobs; the worker follows Snakemake
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind("\0" + name)
+    listener.listen(64)
+    gc.disable()
+    for module in preload:
+        importlib.import_module(module)
+    for module, names in PRELOAD_ATTRS:
+        for attr in names if module in sys.modules else ():
+            getattr(sys.modules[module], attr)   # resolve the lazy imports now, once
+    gc.freeze()   # the preloaded objects out of every child's collections (no copy-on-write of their pages)
+    listener.settimeout(1.0)
+    while os.getppid() == parent:
+        _reap()
+        try:
+            conn, _ = listener.accept()
+        except socket.timeout:
+            continue
+        if _peer_uid(conn) != os.getuid():
+            conn.close()
+            continue
+        pid = os.fork()
+        if pid == 0:
+            listener.close()
+            _child(conn)          # never returns
+        conn.close()
+
+
+def _peer_uid(conn: socket.socket) -> int:
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
+
+
+def _reap() -> None:
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
+
+
+def _child(conn: socket.socket) -> None:
+    """Become the job: its stdio, cwd and environment; run it; send its exit status."""
+    code = 1
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        gc.enable()
+        msg, fds, _, _ = socket.recv_fds(conn, _HEADER.size, 3)
+        if len(msg) < _HEADER.size:   # a probe (start's wait), not a job
+            code = 0
+            return
+        payload = _recv_exact(conn, _HEADER.unpack(msg)[0])
+        for fd, target_fd in zip(fds, (0, 1, 2)):
+            os.dup2(fd, target_fd)
+            os.close(fd)
+        target, smk, cwd, env = pickle.loads(payload)
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(env)
+        done = threading.Event()
+        threading.Thread(target=_watch, args=(conn, done), daemon=True).start()
+        try:
+            call(target, smk)
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+        done.set()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        conn.sendall(_STATUS.pack(code))
+    finally:
+        os._exit(code)
+
+
+def _watch(conn: socket.socket, done: threading.Event) -> None:
+    """The job's script closed the connection before the job ended (it was killed): stop the job
+    the way a killed stage stops (SIGTERM: smk.run_logged raises, the partial output is removed)."""
+    try:
+        conn.recv(1)
+    except OSError:
+        pass
+    if not done.is_set():
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+# --------------------------------------------------------------------------- Snakefile hooks
+def start(root: str, preload: tuple[str, ...] = PRELOAD, wait: bool = True) -> Optional[str]:
+    """Start the build's worker (from onstart) and put its name in the environment jobs inherit;
+    ``wait``: until it listens (a job connecting sooner runs in its own process). None where none
+    starts (not Linux)."""
+    global _WORKER
+    if not sys.platform.startswith("linux") or _WORKER is not None:
+        return None
+    name = f"martingale-warm-{os.getpid()}-{time.monotonic_ns()}"
+    env = {k: v for k, v in os.environ.items() if k != ENV}
+    _WORKER = subprocess.Popen([sys.executable, "-m", "martingale.warm", name, str(os.getpid()), ",".join(preload)],
+                               cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    os.environ[ENV] = name
+    deadline = time.monotonic() + 120
+    while wait and _WORKER.poll() is None and time.monotonic() < deadline:
+        conn = _connect(name)
+        if conn is not None:
+            conn.close()      # the worker's child sees an empty job and exits
+            break
+        time.sleep(0.05)
+    return name
+
+
+def stop() -> None:
+    """Stop the build's worker (from onsuccess/onerror): jobs still running finish in their children."""
+    global _WORKER
+    os.environ.pop(ENV, None)
+    if _WORKER is not None:
+        _WORKER.terminate()
+        try:
+            _WORKER.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            _WORKER.kill()
+            _WORKER.wait()
+        _WORKER = None
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1], int(sys.argv[2]), tuple(m for m in sys.argv[3].split(",") if m))
