@@ -112,9 +112,16 @@ class SyntheticWorld:
         return float(expit(self.bayes_logodds(q, k)))
 
     def step_units(self, clue: int, negated: bool) -> int:
-        """A clue's llr in integer units of ``logodds_unit``, as a calibrated reasoner writes it."""
-        units = int(np.clip(np.rint(self.llr[clue] / self.unit), -self.max_step, self.max_step))
+        """A clue's llr in integer units of ``logodds_unit``, as a calibrated reasoner writes it
+        (the whole table rounded once: every trace of a stage reads it, clue by clue)."""
+        units = self._units_table()[clue]
         return -units if negated else units
+
+    def _units_table(self) -> list[int]:
+        if getattr(self, "_units", None) is None or self._units_of is not self.llr:
+            self._units = [int(u) for u in np.clip(np.rint(self.llr / self.unit), -self.max_step, self.max_step)]
+            self._units_of = self.llr
+        return self._units
 
     def prior_units(self, negated: bool) -> int:
         units = int(np.rint(self.prior_logodds / self.unit))
