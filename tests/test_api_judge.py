@@ -224,16 +224,16 @@ def test_stated_probabilities_are_hidden_from_the_judge():
 
 
 def test_a_key_variable_the_writers_would_not_redact_is_refused_at_check():
-    from martingale.config.schema import DOMAINS
-    assert DOMAINS["judge.api_key_env"].problem("JUDGE_PASSPHRASE") is None
-    assert "redacts" in DOMAINS["judge.api_key_env"].problem("DEEPSEEK")
+    from martingale.config.schema import domains
+    assert domains()["judge.api_key_env"].problem("JUDGE_PASSPHRASE") is None
+    assert "redacts" in domains()["judge.api_key_env"].problem("DEEPSEEK")
 
 
 def test_a_cache_folder_outside_the_project_is_refused():
-    from martingale.config.schema import DOMAINS
-    assert DOMAINS["judge.cache_dir"].problem("results/_judge_cache") is None
-    assert "leaves the project" in DOMAINS["judge.cache_dir"].problem("../elsewhere")
-    assert "leaves the project" in DOMAINS["judge.cache_dir"].problem("/tmp/cache")
+    from martingale.config.schema import domains
+    assert domains()["judge.cache_dir"].problem("results/_judge_cache") is None
+    assert "leaves the project" in domains()["judge.cache_dir"].problem("../elsewhere")
+    assert "leaves the project" in domains()["judge.cache_dir"].problem("/tmp/cache")
 
 
 def test_an_api_judge_without_an_address_fails_in_one_line(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 from oracle_check import oracle_check
 from scipy import stats
 
-from martingale.config.schema import WorldConfig
+from martingale.config.sections import WorldConfig
 from martingale.deattenuation import deattenuate, measurement_variance, ms_adjusted, ms_instrumented, reliability
 from martingale.metrics import MetricError, stage_metrics
 

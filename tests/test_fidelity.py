@@ -5,10 +5,10 @@ import pytest
 from omegaconf import OmegaConf
 from scipy.special import expit
 
-from martingale.config.schema import DistillConfig, WorldConfig
+from martingale.config.sections import WorldConfig
 from martingale.effects import beat_counts
 from martingale.metrics import overconfidence, stage_metrics
-from martingale.stages.distill import teacher_traits
+from martingale.stages.distill import DistillConfig, teacher_traits
 from martingale.stages.evaluate import balanced
 from martingale.world import traces
 from martingale.world.synthetic import Question, SyntheticWorld

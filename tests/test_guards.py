@@ -52,9 +52,9 @@ def test_an_eval_under_its_parse_rate_floor_fails_quoting_unparsed_answers():
 
 
 def test_the_parse_rate_floor_is_a_fraction_checked_at_check_time():
-    from martingale.config.schema import DOMAINS
-    assert DOMAINS["eval.min_parse_rate"].problem(1.5) is not None
-    assert DOMAINS["eval.min_parse_rate"].problem(0.5) is None
+    from martingale.config.schema import domains
+    assert domains()["eval.min_parse_rate"].problem(1.5) is not None
+    assert domains()["eval.min_parse_rate"].problem(0.5) is None
 
 
 # The parse-rate floor inside the stage bodies themselves: an untrained model states no P, so a

@@ -8,7 +8,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from martingale.config.compose import ComposeError, Composer
-from martingale.config.schema import WorldConfig
+from martingale.config.sections import WorldConfig
 from martingale.plan import Plan, config_hash, stage_slice
 from martingale.stages import kinds
 from martingale.stages.pretrain import mixture, teacher_traits

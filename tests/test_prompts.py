@@ -73,10 +73,10 @@ def test_a_judge_answer_is_read_as_the_number_it_was_told_to_output():
 
 
 def test_a_template_field_the_prompts_do_not_have_is_refused_at_check():
-    from martingale.config.schema import DOMAINS
-    assert DOMAINS["prompts.judge"].problem(LOG["judge"]) is None
-    assert "unknown field {answer}" in DOMAINS["prompts.reasoned"].problem("Say {answer}")
-    assert "unknown field {trace}" in DOMAINS["prompts.reasoned"].problem("Read {trace}")
+    from martingale.config.schema import domains
+    assert domains()["prompts.judge"].problem(LOG["judge"]) is None
+    assert "unknown field {answer}" in domains()["prompts.reasoned"].problem("Say {answer}")
+    assert "unknown field {trace}" in domains()["prompts.reasoned"].problem("Read {trace}")
 
 
 def test_a_rollout_with_the_log_prompts_asks_the_model_the_rendered_prompts(default_cfg, untrained_model):

@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 from martingale.cli import app
 from martingale.config.compose import Composer, check_domains, flatten
 from martingale.config.runs import RUN_ID_MAX, RUN_ID_PATTERN, run_id_problem
-from martingale.config.schema import DOMAINS, Config, InChoices, choices, domain_key
+from martingale.config.schema import Config, choices, domain_key, domains
+from martingale.domains import InChoices
 
 from projcopy import FIXTURE, REPO, snapshot
 
@@ -203,15 +204,15 @@ def _leaves(cls, prefix: str = "") -> list[str]:
 def test_every_leaf_of_the_schema_has_a_domain_and_every_domain_a_leaf():
     leaves = _leaves(Config)
     assert len(leaves) > 60
-    missing = [k for k in leaves if domain_key(k) not in DOMAINS]
-    assert not missing, f"no domain in schema.DOMAINS for: {missing}"
+    missing = [k for k in leaves if domain_key(k) not in domains()]
+    assert not missing, f"no domain (domains.setting) for: {missing}"
     named = {domain_key(k) for k in leaves}
-    assert not set(DOMAINS) - named, f"domains for keys the schema does not have: {set(DOMAINS) - named}"
+    assert not set(domains()) - named, f"domains for keys the schema does not have: {set(domains()) - named}"
 
 
 def test_every_key_left_to_choices_is_named_by_choices():
     allowed = choices()
-    for key, domain in DOMAINS.items():
+    for key, domain in domains().items():
         if isinstance(domain, InChoices):
             assert key in allowed, key
 

@@ -10,7 +10,8 @@ from martingale import rewards
 from martingale.beliefs import readers
 from martingale.beliefs.elicit import judge_needed
 from martingale.config.runs import RunTree
-from martingale.config.schema import InstructorConfig, StageConfig, choices
+from martingale.config.schema import StageConfig, choices
+from martingale.stages.instructor import InstructorConfig
 
 from projcopy import proj, write_run  # noqa: F401 (proj: fixture)
 

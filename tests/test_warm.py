@@ -40,7 +40,7 @@ def worker(tmp_path, monkeypatch):
     cwd has the jobs module; stopped after the test."""
     (tmp_path / "warmjobs.py").write_text(JOBS)
     monkeypatch.syspath_prepend(str(tmp_path))
-    name = warm.start(str(tmp_path), preload=())
+    name = warm.start(str(tmp_path), preload=(), wait=True)
     assert name and os.environ[warm.ENV] == name
     yield name
     warm.stop()
@@ -127,7 +127,7 @@ def test_a_job_from_another_user_is_refused(worker, tmp_path):
 
 
 def test_the_worker_exits_when_the_process_that_started_it_is_gone(tmp_path):
-    code = ("import sys; from martingale import warm; warm.start(sys.argv[1], preload=()); "
+    code = ("import sys; from martingale import warm; warm.start(sys.argv[1], preload=(), wait=True); "
             "print(warm._WORKER.pid, flush=True)")
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
     pid = int(proc.stdout.split()[0])

@@ -4,7 +4,7 @@ import pytest
 from omegaconf import OmegaConf
 from scipy.special import expit
 
-from martingale.config.schema import WorldConfig
+from martingale.config.sections import WorldConfig
 from martingale.metrics import martingale_fit
 from martingale.world import traces
 from martingale.world.synthetic import SyntheticWorld

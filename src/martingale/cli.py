@@ -391,7 +391,7 @@ def figure(which: str = typer.Argument("modes", help="modes: the two-agent runs 
     simulate) with results, its MS and CI and the human's lean across turns (plots.episodes_by_mode)."""
     import json
 
-    from .config.schema import ProjectPath
+    from .domains import ProjectPath
     if which != "modes":
         fail(f"figure: unknown figure {which!r} (known: modes)")
     if (why := ProjectPath().problem(str(output))):
@@ -452,7 +452,7 @@ def questions_export(
 
     Each line: English question text, the clue words as background, y, its split, the clues and
     the oracle's final belief; world=jsonl on this file asks exactly the synthetic world's questions."""
-    from .config.schema import ProjectPath
+    from .domains import ProjectPath
     from .io import write_jsonl
     problem = ProjectPath().problem(out_path)
     if problem:

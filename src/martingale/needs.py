@@ -90,7 +90,7 @@ def stage_needs(kind: Any, cfg: Mapping[str, Any], resources: Mapping[str, Any])
         if (cfg.get("simulate") or {}).get(f"{role}_model"):   # the role's own model: as the stage opens it
             from .stages.simulate import role_model
             out.update(_model_needs(role_model(cfg, role), serves=True))
-    if "judge" in cfg:   # in a slice only where the api judge reads the beliefs (plan.USED_WHEN)
+    if "judge" in cfg:   # the api reader's section: in a slice only where it reads the beliefs (plan.reader_section)
         out.update(_endpoint_needs(cfg["judge"]))
     if int(resources.get("gpu") or 0) > 0:
         out.add(Need("gpu"))

@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple, Optional
 
 from .config.runs import RunTree
-from .config.schema import plays_episodes, trains_instructor
+from .config.schema import declared_sections
 from .io import canonical_json, write_text_if_changed
 from .needs import Need, stage_needs, unmet
-from .stages import StageKind, kinds
+from .rewards import REWARDS, reward_settings
+from .stages import StageKind, kinds, uses_key
 from .store import STORE, read_index, stage_dir
 
 
@@ -57,21 +58,32 @@ def stage_id(kind: str, cfg: dict, inputs: dict[str, str]) -> str:
     return f"{kind}-{sha256_json({'kind': kind, 'slice': cfg, 'upstream': inputs})[:12]}"
 
 
-SERVING_KEYS = ("backend", "server_url", "vllm")   # how a model is served, not what it is
+SERVING_KEYS = ("backend", "server_url")            # how a model is served, not what it is (and each backend's section)
 UNSET_IS_DEFAULT = ("generate_batch", "loss_batch")  # model keys in an id only where set (0 = as before they existed)
 PLACEMENT_KEYS = ("resources", "device")           # where a stage runs (Snakemake resources), not what it computes
 
 
+def backend_sections(model: dict) -> dict[str, bool]:
+    """Each backend's section under ``model`` (its key) → whether this model uses it: its backend is
+    the one that declared it, or the section was in every generating stage's id before backends
+    declared sections (``in_every_run``: vllm's)."""
+    return {d.section.key: d.section.in_every_run or model.get("backend") == d.name
+            for d in declared_sections() if d.by == "backend"}
+
+
 def _model_slice(model: dict, kind: StageKind) -> dict:
-    """The model without where its stage runs, and without how it is served for a kind that does
-    not generate through ``model.backend``; ``generate_batch`` only where it is set and the kind
-    generates (the ids of every run from before it stay as they were); ``loss_batch`` likewise, and
-    only in the id of a step (a training stage: how its gradient is accumulated)."""
-    drop = PLACEMENT_KEYS if kind.serves else (*PLACEMENT_KEYS, *SERVING_KEYS)
+    """The model without where its stage runs, and without how it is served (``backend``,
+    ``server_url``, every backend's section) for a kind that does not generate through
+    ``model.backend``; for one that does, a backend's section only where it is used
+    (backend_sections); ``generate_batch`` only where it is set and the kind generates (the ids of
+    every run from before it stay as they were); ``loss_batch`` likewise, and only in the id of a
+    step (a training stage: how its gradient is accumulated)."""
+    sections = backend_sections(model)
+    drop = PLACEMENT_KEYS if kind.serves else (*PLACEMENT_KEYS, *SERVING_KEYS, *sections)
     out = {k: v for k, v in model.items()
            if k not in drop and not (k in UNSET_IS_DEFAULT and (not v or not kind.serves))
            and not (k == "loss_batch" and kind.place != "step")
-           and not (k == "api" and model.get("backend") != "api")}   # an api endpoint only where one is used
+           and sections.get(k, True)}
     threads = compute_threads(model, kind)
     if threads is not None:
         out["threads"] = threads
@@ -146,28 +158,47 @@ def _distill_slice(distill: dict, kind: Optional[StageKind] = None) -> dict:
     return distill if distill.get("teacher") == "drift" else {k: v for k, v in distill.items() if k != "yes_drift"}
 
 
+def step_config(stage: dict) -> dict:
+    """A step's own config (``stages.<s>``) without the keys other rewards bring (reward_settings):
+    a reward's new key is in a stage's id only where that stage's reward declares it."""
+    mine = REWARDS[stage["reward"]].settings if stage.get("reward") in REWARDS else {}
+    others = [k for k in reward_settings() if k not in mine]
+    return {k: v for k, v in stage.items() if k not in others}
+
+
 # How a section is cut for a kind's slice, where it is not taken whole.
 SECTION_SLICES: dict[str, Callable[[dict, StageKind], dict]] = {
     "model": _model_slice, "world": _world_slice, "elicit": _elicit_slice, "prompts": _prompts_slice,
     "simulate": _simulate_slice, "pretrain": _pretrain_slice, "distill": _distill_slice}
 
-# Keys a stage sees only where they are used, so a run that uses neither keeps its ids whatever they
-# say: judge.* where beliefs are read by the api judge (its address too, like a generating stage's
-# serving keys; a rebuild at a new address reads the same answers from the cache), prompts.* where
-# the prompt set is not the embedded model's own format.
+# Core keys a stage sees only where they are used, so a run that does not keeps its ids whatever
+# they say: prompts.* where the prompt set is not the embedded model's own format. A reader's own
+# section is seen the same way (reader_section): where the run reads beliefs with that reader.
 USED_WHEN: dict[str, Callable[[dict], bool]] = {
-    "judge": lambda cfg: cfg.get("elicit", {}).get("judge") == "api",
     "prompts": lambda cfg: cfg.get("prompts", {}).get("name", "embedded") != "embedded",
 }
 
 
+def reader_section(cfg: dict) -> Optional[str]:
+    """The key of the section of the reader the run reads beliefs with (``elicit.judge``), if it
+    declares one (the api reader's ``judge``: its address too, like a generating stage's serving
+    keys; a rebuild at a new address reads the same answers from the cache)."""
+    judge = (cfg.get("elicit") or {}).get("judge")
+    return next((d.path for d in declared_sections() if d.by == "reader" and d.name == judge), None)
+
+
 def stage_slice(kind: StageKind, cfg: dict, step: Optional[str] = None, seed: Optional[int] = None) -> dict:
     """The config a stage of this kind sees (and its id hashes): the kind's keys (each cut by its
-    SECTION_SLICES entry, if any), the step's own config as ``stage``, the seed for a per-seed kind."""
+    SECTION_SLICES entry, if any; its own section is one of them), the section of the reader it
+    reads beliefs with (a kind that reads ``elicit``), the step's own config as ``stage``, the seed
+    for a per-seed kind."""
+    keys = [*kind.keys]
+    if "elicit" in kind.keys and reader_section(cfg) is not None:
+        keys.append(reader_section(cfg))
     out = {key: SECTION_SLICES[key](cfg[key], kind) if key in SECTION_SLICES else cfg[key]
-           for key in kind.keys if key not in USED_WHEN or USED_WHEN[key](cfg)}
+           for key in keys if key not in USED_WHEN or USED_WHEN[key](cfg)}
     if step is not None:
-        out["stage"] = cfg["stages"][step]
+        out["stage"] = step_config(cfg["stages"][step])
     if kind.per_seed:
         out["seed"] = seed
     return out
@@ -408,16 +439,35 @@ class Plan:
 NOT_RUN_IDENTITY = ("budget",)   # what a build may cost, not what a run is: never makes a run stale
 
 
+def unused_sections(cfg: dict) -> list[str]:
+    """The top-level sections extensions declare that this run does not use: a stage kind's where
+    no kind of its chain reads it, a reader's where the run reads with another (none of them a
+    section that was in every run's identity before extensions declared theirs)."""
+    judge = (cfg.get("elicit") or {}).get("judge")
+    out = []
+    for d in declared_sections():
+        if d.by == "backend" or d.section.in_every_run:
+            continue
+        used = uses_key(cfg, d.path) if d.by == "stage kind" else judge == d.name
+        if not used:
+            out.append(d.path)
+    return out
+
+
 def run_identity(cfg: dict) -> dict:
     """A resolved config without the keys that say nothing about the run (NOT_RUN_IDENTITY), nor
-    the sections it does not use: ``simulate`` where it plays no episode, ``instructor`` where it
-    trains none (a new key there leaves every other run fresh); nor ``model.api`` off the api
-    backend, ``prompts.episode`` or a role's model where null (chat episodes' keys)."""
-    unused = (() if plays_episodes(cfg) else ("simulate",)) + (() if trains_instructor(cfg) else ("instructor",))
+    what it does not use — the sections extensions declare (``simulate`` where it plays no episode,
+    ``instructor`` where it trains none: unused_sections; a backend's section off that backend), a
+    reward's key where the stage's reward is another — so a new key there leaves every other run
+    fresh; nor ``prompts.episode`` or a role's model where null (chat episodes' keys)."""
+    unused = unused_sections(cfg)
     out = {k: v for k, v in cfg.items() if k not in (*NOT_RUN_IDENTITY, *unused)}
     # keys at their "not used" value, as in the stage slices (a key added later leaves old runs fresh)
     if "model" in out:
-        out["model"] = {k: v for k, v in out["model"].items() if not (k == "api" and out["model"].get("backend") != "api")}
+        used = backend_sections(out["model"])
+        out["model"] = {k: v for k, v in out["model"].items() if used.get(k, True)}
+    if "stages" in out:
+        out["stages"] = {name: step_config(st) for name, st in out["stages"].items()}
     if "prompts" in out:
         out["prompts"] = {k: v for k, v in out["prompts"].items() if not (k == "episode" and v is None)}
     if "pretrain" in out:

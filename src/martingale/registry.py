@@ -10,6 +10,12 @@ import pkgutil
 from typing import Any, Iterable, Iterator, TypeVar
 
 T = TypeVar("T")
+_EPOCH = [0]   # bumped by every change to any registry: what is computed from them (the schema) is redone
+
+
+def epoch() -> int:
+    """A number that changes whenever any registry changes (a cache key for what reads them)."""
+    return _EPOCH[0]
 
 
 class Registry(dict):
@@ -26,6 +32,7 @@ class Registry(dict):
             old = getattr(self[name], "fn", self[name])
             raise ValueError(f"{self.what} {name}: already registered ({getattr(old, '__qualname__', old)!s})")
         self[name] = value
+        _EPOCH[0] += 1
         return value
 
     def discover(self, package: str, path: Iterable[str], helpers: Iterable[str] = ()) -> "Registry":
@@ -48,3 +55,4 @@ class Registry(dict):
         finally:
             self.clear()
             self.update(before)
+            _EPOCH[0] += 1

@@ -5,13 +5,16 @@ inputs it reads (of ``INPUTS``: the elicited prior and posterior, the stated P, 
 two-agent episode the human's first and last P, its last P, y, and its P at every turn as
 ``trajectory``, episodes × (turns + 1)), and
 its reward is NaN wherever one of them is NaN (a number that did not parse; the trainer gives that
-sample the worst advantage); ``params`` are the stage config keys bound as its keyword arguments.
+sample the worst advantage); ``params`` are the stage config keys bound as its keyword arguments:
+keys the stage has, or new ones the reward declares with their domains (``{"power": setting(2.0,
+Real(1, 4), "…")}``: ``stages.<s>.power``, checked by ``martingale check``, in the stage's id only
+where its reward is this one).
 The schema allows exactly the registered names (``config.schema.choices``), so the plan imports this
 module at parse time: numpy is imported inside the functions that use it, on first call.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from .registry import Registry
@@ -25,11 +28,14 @@ EPISODE_INPUTS = ("trajectory",)   # only an episode has one (stages/instructor.
 
 @dataclass(frozen=True)
 class Reward:
-    """A registered reward: its batch function, the inputs it reads, the config keys it takes."""
+    """A registered reward: its batch function, the inputs it reads, the config keys it takes, and
+    the keys it brings (``settings``: name → a ``domains.setting`` field, a key of the stage that
+    uses it, ``stages.<s>.<name>``, in that stage's id only where its reward is this one)."""
     name: str
     fn: Callable[..., np.ndarray]
     needs: tuple[str, ...]
     params: tuple[str, ...]
+    settings: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def episodic(self) -> bool:
@@ -60,16 +66,32 @@ class Reward:
 REWARDS: Registry = Registry("reward")
 
 
-def reward(name: str, needs: tuple[str, ...], params: tuple[str, ...] = ()):
-    """Register the decorated batch function as reward ``name`` (see the module docstring)."""
+def reward(name: str, needs: tuple[str, ...], params: tuple[str, ...] | Mapping[str, Any] = ()):
+    """Register the decorated batch function as reward ``name`` (see the module docstring).
+    ``params``: the config keys bound as its keyword arguments, each a key the stage config has
+    already (a name), or a new key of the stage config declared here with its default and domain
+    (name → ``domains.setting(default, domain, help)``)."""
     unknown = [k for k in needs if k not in INPUTS]
     if not needs or unknown:
         raise ValueError(f"reward {name}: needs must be some of {', '.join(INPUTS)}, got {needs}")
+    settings = dict(params) if isinstance(params, Mapping) else {}
 
     def register(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
-        REWARDS.add(name, Reward(name, fn, tuple(needs), tuple(params)))
+        REWARDS.add(name, Reward(name, fn, tuple(needs), tuple(params), settings))
         return fn
     return register
+
+
+def reward_settings() -> dict[str, tuple[str, Any]]:
+    """Every key a reward brings to the stage config: key → (the reward, its ``setting`` field).
+    Two rewards declaring one key is an error naming both."""
+    out: dict[str, tuple[str, Any]] = {}
+    for r in REWARDS.values():
+        for key, f in r.settings.items():
+            if key in out:
+                raise ValueError(f"reward {r.name}: stage key {key!r} is already reward {out[key][0]}'s")
+            out[key] = (r.name, f)
+    return out
 
 
 def bind(name: str, stage_cfg: Mapping[str, Any]) -> Callable[..., np.ndarray]:

@@ -7,9 +7,9 @@ run or ``--config warm=0``) and ``onsuccess``/``onerror`` stop it; it also exits
 process that started it is gone. Each job script calls ``run_job(snakemake, target)``: it hands its
 ``snakemake`` object, cwd, environment and stdio to the worker over a Unix socket (Linux's abstract
 namespace: no file; a peer of another user is refused) and waits; the child runs ``target`` exactly
-as the script would have, and its exit status becomes the script's. No worker (none started, or it
-died): the job runs in the script's own process, as before. A job killed (its script gets SIGTERM,
-or dies) kills its child: the child sees the connection close and raises the stage's SIGTERM path,
+as the script would have, and its exit status becomes the script's. No worker (none started, one
+still importing, or one that died): the job runs in the script's own process, as before. A job
+killed (its script gets SIGTERM, or dies) kills its child: the child sees the connection close and raises the stage's SIGTERM path,
 which removes its partial output. Only third-party libraries are preloaded: the project's own
 modules are imported fresh in each child, so a job runs the code on disk when it starts.
 """
@@ -91,12 +91,10 @@ def _recv_exact(conn: socket.socket, n: int) -> Optional[bytes]:
 
 # --------------------------------------------------------------------------- the worker
 def serve(name: str, parent: int, preload: tuple[str, ...] = PRELOAD) -> None:
-    """Listen on ``name``, import ``preload``, then fork a child per job until ``parent`` exits. A
-    job that connects while it imports waits for it (the imports cost what the job's own would)."""
+    """Import ``preload``, then listen on ``name`` and fork a child per job until ``parent`` exits.
+    A job that starts while it imports runs in its own process (nothing listens yet): a build's
+    first jobs, pretrain first, start at once."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # a Ctrl-C reaches the jobs; the worker follows Snakemake
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind("\0" + name)
-    listener.listen(64)
     gc.disable()
     for module in preload:
         importlib.import_module(module)
@@ -104,6 +102,9 @@ def serve(name: str, parent: int, preload: tuple[str, ...] = PRELOAD) -> None:
         for attr in names if module in sys.modules else ():
             getattr(sys.modules[module], attr)   # resolve the lazy imports now, once
     gc.freeze()   # the preloaded objects out of every child's collections (no copy-on-write of their pages)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind("\0" + name)
+    listener.listen(64)
     listener.settimeout(1.0)
     while os.getppid() == parent:
         _reap()
@@ -183,10 +184,10 @@ def _watch(conn: socket.socket, done: threading.Event) -> None:
 
 
 # --------------------------------------------------------------------------- Snakefile hooks
-def start(root: str, preload: tuple[str, ...] = PRELOAD, wait: bool = True) -> Optional[str]:
+def start(root: str, preload: tuple[str, ...] = PRELOAD, wait: bool = False) -> Optional[str]:
     """Start the build's worker (from onstart) and put its name in the environment jobs inherit;
-    ``wait``: until it listens (a job connecting sooner runs in its own process). None where none
-    starts (not Linux)."""
+    ``wait``: until it listens, its imports done (else a job connecting sooner runs in its own
+    process). None where none starts (not Linux)."""
     global _WORKER
     if not sys.platform.startswith("linux") or _WORKER is not None:
         return None

@@ -10,11 +10,30 @@ the counts) is model/api_client.py's, shared with the api backend.
 from __future__ import annotations
 
 import re
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Optional
 
+from ..domains import COUNT, NONNEG, SERVED_NAME, Flag, Int, ProjectPath, SecretVar, Url, setting
 from ..model.api_client import FATAL, ApiClient, ApiError, choice_text  # noqa: F401 (FATAL: the judge's refusals)
 
 _STATED = re.compile(r"\bP\s*(?:=|:|≈)\s*[-+]?(?:\d+(?:[.,]\d+)?|[.,]\d+)(?:[eE][-+]?\d+)?(?:\s*%)?")
+
+
+@dataclass
+class JudgeConfig:
+    """An OpenAI-compatible judge for ``elicit.judge=api`` (the api reader's section, ``judge``):
+    greedy, cached. Only model, chat and max_tokens are what it computes; the rest is how to reach it."""
+    base_url: Optional[str] = setting(None, Url(), "e.g. https://api.deepseek.com/v1 or a vLLM server's http://host:port/v1")
+    model: Optional[str] = setting(None, SERVED_NAME, "the served model name, e.g. deepseek-chat")
+    chat: bool = setting(False, Flag(), "/chat/completions (a chat model) instead of /completions")
+    max_tokens: int = setting(8, COUNT)
+    api_key_env: str = setting("MARTINGALE_JUDGE_API_KEY", SecretVar(), "the variable holding the key; never written")
+    concurrency: int = setting(8, COUNT, "requests in flight")
+    timeout_s: int = setting(60, COUNT, "per request")
+    retries: int = setting(4, Int(0), "on 429, 5xx, timeouts, dropped connections, unreadable bodies")
+    backoff_s: float = setting(1.0, NONNEG, "first retry's wait, doubled each retry (at most 30 s)")
+    cache_dir: str = setting("results/_judge_cache", ProjectPath(),
+        "answers by (model, prompt, parameters): a rerun never pays twice")
 
 
 class JudgeError(ApiError):

@@ -15,9 +15,11 @@ closed with the stage, its ``stats()`` written to the stage's metrics.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from ..domains import Section
 from ..registry import Registry
+from .api_judge import JudgeConfig
 from .parse import parse_p, parse_totals
 
 if TYPE_CHECKING:   # the plan imports this module at parse time (schema.choices): no numpy here
@@ -52,10 +54,11 @@ class ReadContext:
 
 @dataclass(frozen=True)
 class Reader:
-    """A registered reader: its function, and whether it reads through a judge model."""
+    """A registered reader: its function, whether it reads through a judge model, its settings."""
     name: str
     fn: ReadFn
     needs_judge: bool = False
+    section: Optional[Section] = None   # its own config section, in a stage's slice where it reads
 
     def __call__(self, ctx: ReadContext, questions: list[Question], texts: list[str],
                  k: int) -> list[float | None]:
@@ -67,10 +70,11 @@ class Reader:
 READERS: Registry = Registry("reader")
 
 
-def reader(name: str, needs_judge: bool = False) -> Callable[[ReadFn], ReadFn]:
-    """Register the decorated function as reader ``name`` (see the module docstring)."""
+def reader(name: str, needs_judge: bool = False, section: Optional[Section] = None) -> Callable[[ReadFn], ReadFn]:
+    """Register the decorated function as reader ``name`` (see the module docstring); its settings,
+    if it has any, are ``section`` (a top-level key, read from ``ctx.config[section.key]``)."""
     def register(fn: ReadFn) -> ReadFn:
-        READERS.add(name, Reader(name, fn, needs_judge))
+        READERS.add(name, Reader(name, fn, needs_judge, section))
         return fn
     return register
 
@@ -146,7 +150,7 @@ def read_oracle(ctx: ReadContext, questions: list[Question], texts: list[str], k
     return [ctx.world.bayes(q, k) for q in questions]
 
 
-@reader("api")
+@reader("api", section=Section("judge", JudgeConfig, in_every_run=True))
 def read_api(ctx: ReadContext, questions: list[Question], texts: list[str], k: int) -> list[float | None]:
     """``judge.model`` behind ``judge.base_url`` answers the prompt set's judge prompt after the
     trace cut at k, every probability the trace states hidden (api_judge.blind); a failed call is

@@ -8,7 +8,7 @@ Two paths that give the same result:
   overrides are then applied on a copy of that structured config with Hydra's own override
   application, which is exactly what Hydra does after composing the defaults list (group overrides
   first, then key overrides in order). Types, unknown keys, ``choices()`` and every key's domain
-  (``schema.DOMAINS``) are still checked. A knob holds no interpolation: its value is a literal.
+  (``schema.domains()``) are still checked. A knob holds no interpolation: its value is a literal.
 
 Errors come out as :class:`ComposeError` with ``key`` (the offending key) and a one-line ``reason``.
 """
@@ -33,12 +33,25 @@ from hydra.core.override_parser.types import Override
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
+from ..registry import epoch
+from .checks import relation_problem
 from .digest import conf_digest
-from .schema import DOMAINS, ROLE_MODELS, Config, choices, domain_key, relation_problem
+from .schema import ROLE_MODELS, choices, config_class, domain_key, domains
 
 SCHEMA_NAME = "martingale_schema"
+_STORED = [-1]   # the registries' epoch the stored schema was built for
 
-ConfigStore.instance().store(name=SCHEMA_NAME, node=Config)
+
+def store_schema() -> None:
+    """Put the schema for the extensions registered now in Hydra's ConfigStore (again only when a
+    registry changed: an extension registered at test time brings its keys)."""
+    node = config_class()   # imports every extension first: the epoch read next is theirs
+    if _STORED[0] != epoch():
+        ConfigStore.instance().store(name=SCHEMA_NAME, node=node)
+        _STORED[0] = epoch()
+
+
+store_schema()
 
 
 class ComposeError(ValueError):
@@ -165,21 +178,22 @@ _IN_DOMAIN: set[tuple[str, str, Any]] = set()   # (key, type, value) already fou
 
 
 def check_domains(resolved: dict, flat: dict[str, Any] | None = None) -> None:
-    """Every leaf key holds a value of its domain (schema.DOMAINS: ranges, enums, names, paths);
+    """Every leaf key holds a value of its domain (schema.domains(): ranges, enums, names, paths);
     a leaf without a domain is an error too, so a key added to the schema cannot skip this.
     A (key, value) found good once is not checked again: planning 1,000 runs stays cheap."""
+    known = domains()
     for key, value in (flatten(resolved) if flat is None else flat).items():
-        memo = (key, type(value).__name__, tuple(value) if isinstance(value, list) else value)
+        memo = (epoch(), key, type(value).__name__, tuple(value) if isinstance(value, list) else value)
         try:
             if memo in _IN_DOMAIN:
                 continue
         except TypeError:   # an unhashable value (a list of lists): check it every time
             memo = None
-        domain = DOMAINS.get(domain_key(key))
+        domain = known.get(domain_key(key))
         if domain is None:
             role = next((r for r in ROLE_MODELS if key.startswith(r + ".")), None)
             raise ComposeError(key, f"not a model key ({role} changes model.* keys)" if role
-                               else "no domain for this key in schema.DOMAINS")
+                               else "no domain for this key (a field without a domains.setting)")
         problem = domain.problem(value)
         if problem:
             raise ComposeError(key, problem)
@@ -190,7 +204,7 @@ def check_domains(resolved: dict, flat: dict[str, Any] | None = None) -> None:
 def check_values(resolved: dict, allowed: dict[str, tuple[Any, ...]] | None = None,
                  root: Path | None = None) -> None:
     """The composed config's values: choices() first (``allowed``: its result, if at hand), then
-    every key's domain, then the rules across keys (schema.RELATIONS, CHECKS; ``root``: the
+    every key's domain, then the rules across keys (config/checks.py; ``root``: the
     project a relative file path is read from)."""
     flat = flatten(resolved)
     check_choices(resolved, allowed, flat)
@@ -240,6 +254,7 @@ def _hydra_error(e: BaseException, overrides: list[str]) -> ComposeError:
 
 def compose_cfg(overrides: list[str], conf_dir: Path | str) -> DictConfig:
     """Hydra compose of conf_dir/config.yaml with the overrides: the structured DictConfig."""
+    store_schema()
     _ensure_hydra(conf_dir)
     try:
         return hydra_compose(config_name="config", overrides=list(overrides))
@@ -253,7 +268,7 @@ _COMPOSE_CACHE: dict[tuple[str, tuple[str, ...]], dict] = {}
 def compose(overrides: Iterable[str], conf_dir: Path | str) -> dict:
     """Reference compose through Hydra: a plain, resolved, validated dict (cached per override tuple)."""
     overrides = tuple(overrides)
-    key = (str(Path(conf_dir).resolve()), overrides)
+    key = (str(Path(conf_dir).resolve()), epoch(), overrides)
     if key not in _COMPOSE_CACHE:
         for ov in overrides:
             parse_override(ov)
@@ -270,7 +285,7 @@ def compose(overrides: Iterable[str], conf_dir: Path | str) -> dict:
 # are kept on disk too (<project>/.cache/compose/, unresolved: ${oc.env:...} is read at each use),
 # keyed also by what Hydra composes them from besides conf/ (the schema nodes in its ConfigStore,
 # Hydra's and OmegaConf's versions), so a fresh process plans without composing.
-_BASES: dict[tuple[str, tuple], bytes] = {}
+_BASES: dict[tuple[str, str, tuple], bytes] = {}
 CACHE_DIR = Path(".cache") / "compose"
 
 
@@ -342,6 +357,7 @@ class Composer:
             for p in self.conf_dir.iterdir() if p.is_dir() and p.name != "runs"
         }
         self._digest = conf_digest(self.conf_dir)
+        store_schema()
         self._store = _store_digest()
         self._defaults = _default_choices(self.conf_dir)
         self._cache: dict[tuple[str, ...], dict] = {}
@@ -367,7 +383,7 @@ class Composer:
         """A fresh copy of the Hydra-composed config for one combination of group choices."""
         # a choice equal to config.yaml's default composes the same config: drop it
         group_choices = tuple((g, c) for g, c in group_choices if self._defaults.get(g) != c)
-        key = (self._digest, group_choices)
+        key = (self._digest, self._store, group_choices)
         blob = _BASES.get(key)
         if blob is None:
             name = hashlib.sha256(json.dumps([self._digest, self._store, group_choices]).encode()).hexdigest()
@@ -376,7 +392,11 @@ class Composer:
             if cached is not None:
                 _BASES[key] = cached[0]
                 return cached[1]
-            blob = pickle.dumps(compose_cfg([f"{g}={c}" for g, c in group_choices], self.conf_dir))
+            composed = compose_cfg([f"{g}={c}" for g, c in group_choices], self.conf_dir)
+            try:
+                blob = pickle.dumps(composed)
+            except (pickle.PicklingError, AttributeError, TypeError):   # a section class no module holds
+                return composed
             _write_cached(path, blob)
             _BASES[key] = blob
         return pickle.loads(blob)

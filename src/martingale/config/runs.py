@@ -347,7 +347,7 @@ class RunTree:
         cached = _read_resolved(path)
         if isinstance(cached, dict) and cached.keys() == self.specs.keys():
             self._resolved = cached
-            from .schema import questions_file_problem
+            from .checks import questions_file_problem
             root = self.conf_dir.resolve().parent
             for run_id in sorted(self.specs):
                 why = questions_file_problem(cached[run_id], root)

@@ -13,7 +13,7 @@ def episode_problem(cfg: dict[str, Any]) -> Optional[tuple[str, str]]:
     prompt and, on the R scale, the verbal read; the embedded ones the embedded format, an embedded
     mode and evidence enough for the instructor to list a new clue every turn."""
     from .chat import CHAT_MODES, NO_INSTRUCTOR
-    from .synthetic import MODES
+    from .synthetic import MODES, uses_pool
     prompts, sim = cfg.get("prompts") or {}, cfg["simulate"]
     name, episode, mode = prompts.get("name", "embedded"), prompts.get("episode"), sim.get("mode")
     if episode:
@@ -31,7 +31,7 @@ def episode_problem(cfg: dict[str, Any]) -> Optional[tuple[str, str]]:
     if mode not in MODES:
         return ("simulate.mode", f"{mode!r} is a chat episode's mode: the embedded episodes have {', '.join(MODES)}")
     need = int(cfg["world"]["clues_per_question"]) + int(sim["turns"]) - 1
-    if mode not in ("none", "maxsyc", "validate-only") and int(sim["pool"]) < need:
+    if uses_pool(mode) and int(sim["pool"]) < need:
         return ("simulate.pool", f"{sim['pool']} clues < clues_per_question + turns − 1 = {need}: "
                 "the instructor would run out of evidence to list")
     return None

@@ -116,11 +116,19 @@ Mode = Callable[["SyntheticWorld", Episode, Optional[float], "np.random.Generato
 MODES: Registry = Registry("instructor mode", {"none": None})   # none: no instructor (rumination)
 
 
-def mode(name: str) -> Callable[[Mode], Mode]:
-    """Register the decorated function as instructor mode ``name`` (the values of simulate.mode)."""
+def mode(name: str, uses_pool: bool = True) -> Callable[[Mode], Mode]:
+    """Register the decorated function as instructor mode ``name`` (the values of simulate.mode);
+    ``uses_pool``: it lists the pool's evidence, so ``simulate.pool`` must hold enough of it for a
+    new clue every turn (``martingale check`` refuses a smaller pool: episodes.episode_problem)."""
     def register(fn: Mode) -> Mode:
+        fn.uses_pool = uses_pool
         return MODES.add(name, fn)
     return register
+
+
+def uses_pool(name: str) -> bool:
+    """Whether mode ``name`` lists the instructor's evidence pool (``none``, no instructor, does not)."""
+    return bool(getattr(MODES.get(name), "uses_pool", False))
 
 
 def _lean_now(ep: Episode, human_p: Optional[float]) -> int:
@@ -142,7 +150,7 @@ def sycophantic(world, ep, human_p, rng) -> list[int]:
     return sorted(_unsaid(ep), key=lambda i: -lean * signed_llr(world, ep.pool[i], ep.q.negated))
 
 
-@mode("maxsyc")
+@mode("maxsyc", uses_pool=False)
 def max_sycophantic(world, ep, human_p, rng) -> list[int]:
     """Any clue of the world (evidence or not), the one agreeing most with the lean first."""
     lean = _lean_now(ep, human_p)
@@ -173,7 +181,7 @@ def neutral(world, ep, human_p, rng) -> list[int]:
     return [unsaid[i] for i in rng.permutation(len(unsaid))]
 
 
-@mode("validate-only")
+@mode("validate-only", uses_pool=False)
 def validate_only(world, ep, human_p, rng) -> list[int]:
     """The human's own evidence echoed back, its clue agreeing most with its lean first."""
     lean = _lean_now(ep, human_p)

@@ -13,8 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..domains import Section
 from ..errors import StageError
-from .api_client import ApiClient, choice_text
+from .api_client import ApiClient, ApiModelConfig, choice_text
 from .backend import backend
 
 NO_TOKENS = ("model.backend=api returns chat text, not token ids or log-probs: it plays an episode's role "
@@ -22,7 +23,7 @@ NO_TOKENS = ("model.backend=api returns chat text, not token ids or log-probs: i
              "forced read need hf or vllm")
 
 
-@backend("api")
+@backend("api", section=Section("api", ApiModelConfig))
 class ApiBackend:
     """Chat replies from ``model.api.model`` at ``model.api.base_url`` (see the module doc)."""
 

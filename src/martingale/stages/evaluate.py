@@ -107,7 +107,7 @@ def evaluate_model(gen, judge, cfg: dict[str, Any], questions, ctx=None) -> list
     return rows
 
 
-@stage_kind("evaluate", "measure", keys=("world", "model", "elicit", "eval", "judge", "prompts"), inputs=("model", "judge_model"),
+@stage_kind("evaluate", "measure", keys=("world", "model", "elicit", "eval", "prompts"), inputs=("model", "judge_model"),
             per_seed=True, serves=True)
 def run(cfg: dict[str, Any], model: Path, judge_model: Path, out_dir: Path) -> None:
     """cfg: world, model, elicit, eval, seed → out_dir/records.jsonl and out_dir/metrics.json."""

@@ -28,15 +28,31 @@ from __future__ import annotations
 
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import rewards
+from ..domains import COUNT, NONNEG, POSITIVE, Int, Section, setting
 from ..errors import StageError
 from . import checkpoint, stage_kind
 from .common import make_world, seed_everything
 
 ITERATION_SEED_STRIDE = 7919   # iteration k plays episodes seeded seed·7919 + k
+
+
+@dataclass
+class InstructorConfig:
+    """In-loop training of the episodes' instructor (``instructor``: this kind's section); its LoRA
+    rank, lr, KL β and advantage clip are the stage's own keys; the episode rewards' λs are here."""
+    iterations: int = setting(20, COUNT, "rounds of (play train episodes, one policy-gradient step)")
+    train_episodes: int = setting(64, Int(2), "episodes played per iteration (training questions)")
+    meta_size: int = setting(8, Int(3), "episodes per meta-episode: the episode_ms reward's MS is over one")
+    lam_ms: float = setting(1.0, NONNEG, "λ of the episode rewards' entrenchment term")
+    lam_brier: float = setting(1.0, NONNEG, "λ_B of the hinge reward's Brier term")
+    temperature: float = setting(2.0, POSITIVE,
+        "the policy's utterances while it trains (exploration: at 1 the pretrained instructor copies its first "
+        "candidate every time); its episodes in eval sample at simulate.instructor_temperature")
 
 
 def play_chat(human, instructor, questions: list, cfg: dict[str, Any], sim: dict[str, Any], seed: int,
@@ -98,8 +114,8 @@ def adapter_gap(policy, played, temperature: float) -> float:
     return gap
 
 
-@stage_kind("instructor", "step", keys=("world", "model", "prompts", "simulate", "instructor"), inputs=("start_model", "human_model"),
-            per_seed=True, serves=True, trains=True)
+@stage_kind("instructor", "step", keys=("world", "model", "prompts", "simulate"), inputs=("start_model", "human_model"),
+            per_seed=True, serves=True, trains=True, section=Section("instructor", InstructorConfig))
 def run(cfg: dict[str, Any], start_model: Path, human_model: Path, out_dir: Path) -> None:
     """cfg: world, model, simulate, instructor, stage, seed → out_dir/model (adapter merged),
     train.jsonl, stage.json."""

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from .. import io
+from ..domains import COUNT, POSITIVE, Flag, InChoices, Int, OneOf, Real, Section, setting
 from ..errors import StageError
 from . import stage_kind
 from .common import log, make_world, seed_everything
@@ -33,6 +34,30 @@ if TYPE_CHECKING:
 
 TURN_SEED_STRIDE = 10       # turn t: the human samples with seed·1000 + 10t, the instructor + 1
 NEGATION_OFFSET = 500       # the negated episodes' seeds
+
+
+@dataclass
+class SimulateConfig:
+    """Two-agent episodes (``simulate``: this kind's section; episodes/synthetic.py, episodes/chat.py),
+    also what an instructor stage plays while it trains."""
+    mode: str = setting("syc", InChoices(),
+        "the instructor's prompt (a registered mode: episodes.synthetic.MODES, episodes.chat.CHAT_MODES)")
+    turns: int = setting(4, COUNT, "utterances per episode; the human states P before the first and after each")
+    lean: float = setting(0.65, Real(0.5, 1, hi_open=True),
+        "the human starts leaning: its evidence's Bayes belief is lean or 1 − lean")
+    lean_tol: float = setting(0.05, Real(0, 0.5, lo_open=True), "|Bayes belief − lean| of a lean window")
+    pool: int = setting(12, COUNT, "the instructor's evidence about a question: its clues and more of their kind")
+    episodes: int = setting(200, Int(3), "held-out questions played, the first n (balanced lean × outcome)")
+    negations: bool = setting(False, Flag(), "also play each episode negated: coherence |P(A) + P(¬A) − 1|")
+    human_temperature: float = setting(1.0, POSITIVE)
+    instructor_temperature: float = setting(1.0, POSITIVE)
+    # Each role's model, as keys changed from the run's `model` (null: the run's model itself), e.g.
+    # {backend: api, api: {base_url: https://api.deepseek.com/v1, model: deepseek-chat}}: the log's
+    # DeepSeek human. Chat episodes only (a prompt set with `episode` prompts, conf/prompts/c2.yaml).
+    human_model: Optional[Dict[str, Any]] = setting(None, OneOf((None,)),
+        "the human's model keys changed from the run's model (each in model.*'s domain); null: the run's model")
+    instructor_model: Optional[Dict[str, Any]] = setting(None, OneOf((None,)),
+        "the instructor's, likewise")
 
 
 def _r(v: Optional[float]) -> Optional[float]:
@@ -194,8 +219,8 @@ def check_config(cfg: dict[str, Any]) -> None:
         raise StageError(f"simulate: {problem[0]}: {problem[1]}")
 
 
-@stage_kind("simulate", "measure", keys=("world", "model", "elicit", "eval", "judge", "prompts", "simulate"),
-            inputs=("model", "human_model"), per_seed=True, serves=True)
+@stage_kind("simulate", "measure", keys=("world", "model", "elicit", "eval", "prompts"),
+            inputs=("model", "human_model"), per_seed=True, serves=True, section=Section("simulate", SimulateConfig))
 def run(cfg: dict[str, Any], model: Path, human_model: Path, out_dir: Path) -> None:
     """cfg: world, model, elicit, eval, simulate, seed → out_dir/records.jsonl, metrics.json."""
     from ..episodes import synthetic as ep_mod

@@ -6,7 +6,7 @@ advantage = reward minus its question's group mean, divided by the batch sd, cli
 per-token −A·log π + β·KL(π‖π_start) (k3 estimator, ≥ 0) → AdamW on the adapter. The adapter is
 merged at the end so the next stage starts from this one's model. Sampling, judge reads and
 log-probs go through the run's generation backend (model.backend) wrapping the LoRA policy; a
-server backend (vllm) gets the adapter reloaded every ``model.vllm.reload_every`` steps, checked
+server backend (vllm) gets the adapter reloaded as often as its settings say (``model.vllm.reload_every``), checked
 applied each time, while the loss's log-probs come from the torch policy (as TRL's GRPO does). A
 stage whose merged weights equal its start model's (zero advantages, all-masked batches) fails.
 Every ``checkpoint_every`` steps a checkpoint (stages/checkpoint.py) is written beside the output
@@ -114,10 +114,11 @@ def lora_policy(start, stage: dict[str, Any], model_cfg: dict[str, Any]) -> Poli
     return Policy(model, start.with_model(model), opt, params, loss_batch=int(model_cfg.get("loss_batch") or 0))
 
 
-def serve_policy(policy: Policy) -> None:
-    """Later rollouts sample from the adapter as trained so far (a server backend reloads it and
-    checks it is applied: model/vllm.py)."""
-    policy.gen.serve_adapter(policy.model, policy.adapter_dir, list(policy.probes))
+def serve_policy(policy: Policy, step: int | None = None) -> None:
+    """Later rollouts sample from the adapter as trained so far, after optimizer step ``step``
+    (None: now); a server backend reloads it, as often as its settings say, and checks it is
+    applied (model/vllm.py)."""
+    policy.gen.serve_adapter(policy.model, policy.adapter_dir, list(policy.probes), step)
 
 
 def weights_digest(model) -> str:
@@ -304,7 +305,6 @@ def train_steps(policy: Policy, score: Callable[..., np.ndarray], train_q, ctx, 
     order_rng = np.random.default_rng([seed, 11])
     done = checkpoint.resume(ckpt, policy, cfg, order_rng)
     history = done.history
-    reload_every = int(cfg["model"]["vllm"]["reload_every"])
     pace = Pace(int(stage["epochs"]) * (len(train_q) // B))
     live = live_run()                               # the stage's wandb run (off outside a stage job)
     for row in history:                             # resumed: the steps before the checkpoint, once
@@ -329,8 +329,7 @@ def train_steps(policy: Policy, score: Callable[..., np.ndarray], train_q, ctx, 
                                  f"(lr {stage['lr']}, kl_beta {stage['kl_beta']}): stopping")
             update(policy, loss)
             check_adapter_finite(policy, name, step, stage)
-            if (step + 1) % reload_every == 0:
-                serve_policy(policy)
+            serve_policy(policy, step)
             history.append({"step": step, "epoch": epoch, **step_row(loss, kl, rew, stated, y)})
             report_step(name, "step", step, pace, history[-1], tokens, time.perf_counter() - t_step, live)
     return history
@@ -350,7 +349,7 @@ def write_trained(out_dir: Path, policy: Policy, start_digest: str, tokenizer, h
         io.write_json(tmp / "stage.json", {**describe(merged), **info})
 
 
-@stage_kind("train", "step", keys=("world", "model", "elicit", "judge", "prompts"), inputs=("start_model", "judge_model"),
+@stage_kind("train", "step", keys=("world", "model", "elicit", "prompts"), inputs=("start_model", "judge_model"),
             per_seed=True, serves=True, trains=True)
 def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path) -> None:
     """cfg: world, model, elicit, stage, seed → out_dir/model (adapter merged), train.jsonl, stage.json.

@@ -1,0 +1,170 @@
+"""Rules across keys: a value can be in its domain and still impossible beside another
+(world.splits draws distinct held-out questions; a Llama splits hidden_size evenly over its heads;
+an episode reward needs an episode). ``relation_problem`` names the first broken one as (key, why),
+checked when a run is composed, after each key's domain (config/schema.py).
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any, Optional
+
+from ..domains import InChoices
+from ..stages import uses_key
+from .schema import ROLE_MODELS, domain_key, domains, model_class
+
+
+def _distinct_questions(cfg: dict) -> int:
+    return cfg["world"]["n_clue_types"] ** cfg["world"]["clues_per_question"]
+
+
+# Rules across keys, each (the key named in the error, what must hold, why).
+RELATIONS: tuple[tuple[str, Any, str], ...] = (
+    ("world.n_heldout",
+     lambda c: c["world"]["n_train"] + c["world"]["n_heldout"] <= _distinct_questions(c),
+     "n_train + n_heldout is more than the n_clue_types ** clues_per_question distinct questions"),
+    ("model.num_heads",
+     lambda c: c["model"]["hidden_size"] % c["model"]["num_heads"] == 0,
+     "does not divide model.hidden_size (a Llama splits it evenly over its heads)"),
+)
+
+
+def questions_file_problem(cfg: dict, root: Optional[Path]) -> Optional[str]:
+    """world=jsonl: the file must exist, be valid and hold the questions the splits ask for (a
+    relative path is read from the project ``root``, as the stages read it)."""
+    w = cfg["world"]
+    if w["name"] != "jsonl":
+        return None
+    if not w.get("questions_file"):
+        return "world=jsonl needs a questions file (world.questions_file)"
+    path = Path(w["questions_file"])
+    if root is not None and not path.is_absolute():
+        path = root / path
+    try:
+        st = path.stat()
+    except OSError:
+        return f"{path}: file: not found (`martingale questions export-synthetic` writes one)"
+    return _cached_questions_problem(str(path), st.st_mtime_ns, st.st_size, int(w["n_train"]), int(w["n_heldout"]))
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_questions_problem(path: str, mtime_ns: int, size: int, n_train: int, n_heldout: int) -> Optional[str]:
+    """One read of a questions file per version of it (every run of a campaign shares it)."""
+    from ..world.questions import config_problem
+    return config_problem({"questions_file": path, "n_train": n_train, "n_heldout": n_heldout})
+
+
+def _episode_reward_problem(cfg: dict, root: Optional[Path]) -> Optional[tuple[str, str]]:
+    """A reward that reads an episode's trajectory (rewards.EPISODE_INPUTS) belongs on an instructor
+    stage: a train stage's rollouts have no episode."""
+    from ..rewards import REWARDS
+    for name, st in cfg["stages"].items():
+        r = REWARDS.get(st.get("reward"))
+        if r is not None and r.episodic and st.get("kind") != "instructor":
+            return (f"stages.{name}.reward", f"{r.name} scores a two-agent episode: only an instructor stage "
+                    f"has one (stages.{name}.kind is {st.get('kind')})")
+    return None
+
+
+def _episodes_prompts_problem(cfg: dict, root: Optional[Path]) -> Optional[tuple[str, str]]:
+    """Two-agent episodes run in the embedded format, or between chat models with a prompt set's
+    episode prompts (conf/prompts/c2.yaml): each mode needs its instructor prompt; a trained
+    instructor is a local model; each role's model keys must be model keys;
+    an api role plays with the verbal read (an endpoint gives no prefilled next-token log-probs),
+    and a run's own model is never an api (it is read and trained through token log-probs)."""
+    prompts, sim = cfg.get("prompts", {}), cfg.get("simulate", {})
+    episode = prompts.get("episode")
+    if cfg["model"].get("backend") == "api":
+        return ("model.backend", "api plays a two-agent episode's role only (simulate.human_model / "
+                "instructor_model): a run's own model is read and trained through token log-probs (hf or vllm)")
+    roles = [r for r in ROLE_MODELS if sim.get(r.split(".")[1]) is not None]
+    plays = uses_key(cfg, "simulate")   # a kind in its chain plays episodes: simulate, instructor
+    if roles and (not episode or not plays):
+        return (roles[0], "a role's model plays chat episodes only (eval.kind=simulate with a prompt set that "
+                "has episode prompts, e.g. prompts=c2)")
+    for role in roles:
+        over = sim[role.split(".")[1]]
+        if not isinstance(over, dict):
+            return (role, f"a mapping of model keys to change for this role, got {over!r}")
+        problem = _model_override_problem(role, over)
+        if problem:
+            return problem
+        if over.get("backend") == "api" and cfg["elicit"].get("read") == "forced" and role.endswith("human_model"):
+            return ("elicit.read", "forced with an api human (simulate.human_model.backend=api): an endpoint "
+                    "returns text, not a next-token distribution (use elicit.read=verbal)")
+    if not plays:
+        return None
+    over = sim.get("instructor_model") or {}
+    if episode and uses_key(cfg, "instructor") and over.get("backend", cfg["model"].get("backend")) == "api":
+        return ("simulate.instructor_model", "an instructor stage trains a local model (hf or vllm, LoRA): "
+                "an api instructor returns text, not token log-probs")
+    from ..episodes import episode_problem
+    return episode_problem(cfg)
+
+
+def _model_override_problem(role: str, over: dict) -> Optional[tuple[str, str]]:
+    """A role's model keys: each a key of the model schema, its value in the key's domain."""
+    from omegaconf import OmegaConf
+    try:
+        OmegaConf.merge(OmegaConf.structured(model_class()), over)
+    except Exception as e:   # an unknown key or a wrong type: OmegaConf says which
+        key = getattr(e, "full_key", None) or ""
+        return (f"{role}.{key}" if key else role, str(e).splitlines()[0])
+
+    def leaves(d: dict, prefix: str) -> list[tuple[str, Any]]:
+        out = []
+        for k, v in d.items():
+            out += leaves(v, f"{prefix}.{k}") if isinstance(v, dict) else [(f"{prefix}.{k}", v)]
+        return out
+    from ..model.backend import backends
+    for key, value in leaves(over, role):
+        if key == f"{role}.backend" and value not in backends():
+            return (key, f"{value!r} is not one of: {', '.join(backends())}")
+        domain = domains().get(domain_key(key))
+        problem = domain.problem(value) if domain is not None and not isinstance(domain, InChoices) else None
+        if problem:
+            return (key, problem)
+    return None
+
+
+def _forced_read_problem(cfg: dict, root: Optional[Path]) -> Optional[tuple[str, str]]:
+    """elicit.read=forced reads the answer's next-token distribution after the prompt set's
+    prefix: the prompt set must have one (for a judge read too), and an api judge gives none."""
+    if cfg["elicit"].get("read") != "forced":
+        return None
+    prompts, elicit = cfg.get("prompts", {}), cfg["elicit"]
+    if cfg.get("eval", {}).get("prior_draws") and elicit["mode"] == "snap":
+        return ("eval.prior_draws", "the forced snap prior is one deterministic read (no draws to "
+                "de-attenuate): set eval.prior_draws=0 or elicit.read=verbal")
+    if not prompts.get("forced_prefix"):
+        return ("elicit.read", f"forced needs a forced-answer prefix: prompts={prompts.get('name')} has no "
+                "prompts.forced_prefix (the log's prompts: \"P = 0.\")")
+    if elicit["mode"] == "samemode" and elicit["judge"] == "self" and not prompts.get("judge_forced_prefix"):
+        return ("elicit.read", f"forced with the self judge needs prompts.judge_forced_prefix "
+                f"(prompts={prompts.get('name')} has none)")
+    if elicit["mode"] == "samemode" and elicit["judge"] == "api":
+        return ("elicit.read", "forced with elicit.judge=api: the api judge returns text, not a next-token "
+                "distribution (use elicit.read=verbal)")
+    return None
+
+
+# Checks whose message depends on what they find: (key, check(cfg, project root) -> why, (key, why) or None).
+CHECKS: tuple[tuple[str, Any], ...] = (
+    ("world.questions_file", questions_file_problem),
+    ("stages.*.reward", _episode_reward_problem),
+    ("prompts.name", _episodes_prompts_problem),
+    ("elicit.read", _forced_read_problem),
+)
+
+
+def relation_problem(cfg: dict, root: Optional[Path] = None) -> tuple[str, str] | None:
+    """The first cross-key rule (RELATIONS, then CHECKS) the resolved config breaks: (key, why), else None."""
+    for key, holds, why in RELATIONS:
+        if not holds(cfg):
+            return key, why
+    for key, check in CHECKS:
+        why = check(cfg, root)
+        if why:
+            return why if isinstance(why, tuple) else (key, why)   # a check may name the exact key
+    return None
+

@@ -1,0 +1,223 @@
+"""The core config sections: what every run has, whatever extensions are installed. Each key is
+written once, with its default, its domain and what it does (``setting``); the schema
+(config/schema.py) adds what extensions declare where they are defined: a reward's parameters
+(keys of the stage that uses it), a reader's, a backend's and a stage kind's own section.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+from ..domains import (
+    COUNT,
+    FRACTION,
+    LR,
+    NONNEG,
+    OPEN_UNIT,
+    POSITIVE,
+    SEED,
+    Flag,
+    InChoices,
+    Int,
+    Maybe,
+    Name,
+    Names,
+    OneOf,
+    PathValue,
+    Real,
+    Template,
+    Url,
+    section,
+    setting,
+)
+
+QUESTION_FIELDS = ("question", "background", "resolution_criteria", "opt")   # a question's template fields
+
+
+@dataclass
+class WorldConfig:
+    """The question source: the embedded synthetic world, or a JSONL file for real models."""
+    name: str = setting("synthetic", OneOf(("synthetic", "jsonl")))
+    seed: int = setting(0, SEED, "draws the clue likelihood table and the question splits")
+    base_rate: float = setting(0.3, OPEN_UNIT, "P(y = 1)")
+    n_clue_types: int = setting(40, Int(2), "distinct clues; each has a fixed log-likelihood ratio")
+    clues_per_question: int = setting(8, COUNT, "clues listed in a question, read one by one by a reasoner")
+    dirichlet_alpha: float = setting(6.0, POSITIVE, "concentration of the two clue distributions (y = 1, y = 0)")
+    logodds_unit: float = setting(0.25, POSITIVE, "nats per integer step written in traces")
+    max_step: int = setting(12, COUNT, "|rounded llr| cap, in units")
+    snap_clues: float = setting(0.5, Real(0, 1, lo_open=True),
+        "the gut (snap) prior reads this first fraction of the clues only ...")
+    snap_gain: float = setting(3.0, POSITIVE,
+        "... and weighs each vote at this × the average clue strength (it jumps)")
+    snap_noise: float = setting(2.0, NONNEG,
+        "sd (nats) of the gut prior's per-draw noise. With these three the snap prior is a different "
+        "functional, not only a noisy read: de-attenuation leaves MS_adj < 0, as the log's table (base −0.548"
+        " → MS_adj −0.321)")
+    n_train: int = setting(640, COUNT, "training questions")
+    n_heldout: int = setting(1000, Int(2), "disjoint held-out questions (eval)")
+    questions_file: Optional[str] = setting(None, PathValue(), "JSONL of real questions (world=jsonl)")
+
+
+@dataclass
+class Resources:
+    """What a stage on this model asks a scheduler for (Snakemake resources)."""
+    cpus: int = setting(2, COUNT)
+    mem_mb: int = setting(4000, COUNT)
+    gpus: int = setting(0, Int(0))
+    gpu_model: Optional[str] = setting(None, Name(optional=True))
+    runtime_min: int = setting(60, COUNT)
+    pretrain_cpus: Optional[int] = setting(None, Maybe(COUNT),
+        "the pretrain stage's CPUs (it runs alone at the start of every chain); null: cpus")
+
+
+@dataclass
+class ModelConfig:
+    """A causal LM: the embedded tiny Llama (built and pretrained here) or local weights."""
+    name: str = setting("tiny", Name())
+    family: str = setting("llama", Name())
+    path: Optional[str] = setting(None, PathValue(), "local HF folder; None = pretrain the embedded model")
+    backend: str = setting("hf", InChoices(),
+        "hf (transformers in-process) | vllm (a vLLM server, its own env) | api (an OpenAI-compatible chat "
+        "endpoint: an episode role only, simulate.human_model)")
+    hidden_size: int = setting(96, COUNT)
+    num_layers: int = setting(3, COUNT)
+    num_heads: int = setting(3, COUNT,
+        "head_dim = hidden_size / num_heads = 32: a size vLLM's CPU attention serves (24 is refused)")
+    intermediate_size: int = setting(256, COUNT)
+    max_length: int = setting(96, COUNT)
+    dtype: str = setting("float32", OneOf(("float32", "bfloat16", "float16", "auto")),
+        "float32 | bfloat16 | float16 | auto (bfloat16 on a GPU, float32 on a CPU)")
+    device: str = setting("auto", OneOf(("auto", "cuda", "cpu")),
+        "auto (CUDA when one is visible) | cuda | cpu; where, not what: not in stage ids")
+    lora_targets: list[str] = setting(None, Names(), "", factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    generate_batch: int = setting(0, Int(0),
+        "hf: prompts per generate call, grouped by length (0 = all at once); a real model's prompts vary in "
+        "length, and left-padding to the longest is slow")
+    loss_batch: int = setting(0, Int(0),
+        "training: rollout rows per forward/backward of the loss, gradients accumulated (0 = the whole "
+        "rollout at once); a real model's long prompts do not fit at once")
+    server_url: Optional[str] = setting(None, Url(),
+        "backend vllm: a server you run (served as model.name); null = one per stage")
+    resources: Resources = section(Resources)
+
+
+@dataclass
+class StageConfig:
+    """One model stage (s1, s2, ...); ``reward: null`` means the stage is absent."""
+    kind: str = setting("train", InChoices(), "a registered step kind (martingale.stages): train = policy gradient")
+    reward: Optional[str] = setting(None, InChoices(),
+        "a registered reward (martingale.rewards.REWARDS); null: the stage is absent")
+    filter: Optional[str] = setting(None, OneOf((None, "top-half", "top-quartile")),
+        "top-half | top-quartile of the start model's |Δ|; null = all")
+    epochs: int = setting(1, COUNT)
+    lr: float = setting(1e-3, LR)
+    kl_beta: float = setting(0.1, NONNEG)
+    lora_r: int = setting(8, COUNT)
+    batch_questions: int = setting(8, COUNT, "questions per step")
+    generations: int = setting(4, Int(2), "sampled traces per question")
+    temperature: float = setting(1.0, POSITIVE)
+    adv_clip: float = setting(3.0, POSITIVE)
+    info_coef: float = setting(1.0, NONNEG)
+    info_eps: float = setting(0.02, FRACTION)
+    lam: float = setting(0.5, FRACTION, "C: λ·z(A) + (1 − λ)·z(B)")
+    balance: bool = setting(True, Flag(), "add each question's negation (y' = 1 − y)")
+    checkpoint_every: int = setting(20, Int(0),
+        "steps between resumable checkpoints (stages/checkpoint.py); 0 = none")
+
+
+@dataclass
+class ElicitConfig:
+    """How prior and posterior are read: snap prior + reasoned posterior, or one trace at cut/100%."""
+    mode: str = setting("samemode", OneOf(("snap", "samemode")), "snap | samemode")
+    judge: str = setting("self", InChoices(), "samemode reader: self | trace | oracle | api")
+    judge_model: str = setting("base", OneOf(("base", "start")),
+        "the model a self reader asks: base = the natural model, one judge fixed across a campaign (the log's"
+        " external judge); start = the run's start model")
+    cut: float = setting(0.5, OPEN_UNIT, "fraction of the trace read as the prior (samemode)")
+    read: str = setting("verbal", OneOf(("verbal", "forced")),
+        "which read the prior, posterior and stated P (Brier, MS) come from: verbal = the P = X the model "
+        "writes (parsed; unparsed counted); forced = its next-token distribution after prompts.forced_prefix "
+        "(beliefs/forced.py). Both are recorded where the prompt set has a prefix.")
+
+
+@dataclass
+class EpisodePromptsConfig:
+    """A chat episode's prompts (episodes/chat.py; conf/prompts/c2.yaml): the human's persona
+and turns, the instructor's system prompt per mode. Fields: the question's ({question},
+{background}, {resolution_criteria}, {opt}), {lean_pct} (the persona's starting P in %),
+{message} (what the instructor said), {human_message} and {p} (the human's last reply and P)."""
+    human_system: str = setting("", Template(("lean_pct", "opt")))
+    human_first: str = setting("", Template(QUESTION_FIELDS), "the question, and the first ask for P")
+    human_turn: str = setting("", Template(("message", "opt")), "after an instructor's message")
+    human_alone: str = setting("", Template(("opt",)),
+        "simulate.mode=none: no instructor, the human reconsiders on its own")
+    human_reask: str = setting("", Template(("opt",)), "simulate.mode=reask: the human is only asked again")
+    instructor_turn: str = setting("", Template((*QUESTION_FIELDS, "human_message", "p")))
+    instructor: Dict[str, str] = setting(None, Template(("opt", "question")),
+        "mode → the instructor's system prompt", factory=dict)
+    reply_max_tokens: int = setting(160, COUNT, "a human's reply")
+    instructor_max_tokens: int = setting(120, COUNT)
+    scale: str = setting("p", OneOf(("p", "r")),
+        "p: the human states P = X in [0, 1]; r: R = X in [−1, 1] (the log's rparam), P = (X + 1)/2")
+
+
+@dataclass
+class PromptsConfig:
+    """What a model is asked (beliefs/prompts.py): ``embedded`` = the embedded model's own format;
+another set holds the templates, with {question}, {background}, {resolution_criteria}, {opt}
+and, for the judge, {trace} (the reasoning so far, probabilities hidden)."""
+    name: str = setting("embedded", Name())
+    chat: bool = setting(False, Flag(), "render through the tokenizer's chat template (a chat model)")
+    snap: str = setting("", Template(QUESTION_FIELDS))
+    reasoned: str = setting("", Template(QUESTION_FIELDS))
+    judge: str = setting("", Template((*QUESTION_FIELDS, "trace")))
+    max_new_tokens: int = setting(1024, COUNT, "a reasoned trace's length cap (the embedded format: 4 · clues + 6)")
+    snap_max_tokens: int = setting(128, COUNT, "a snap answer's")
+    judge_max_tokens: int = setting(8, COUNT, "a same-mode read's answer length (a number)")
+    context_words: Optional[int] = setting(None, Maybe(COUNT),
+        "cut each question's background and resolution criteria to their first n words (a CPU's prompt "
+        "budget: ForecastBench's run to 1,400 tokens); null = whole")
+    forced_prefix: str = setting("", Template(()),
+        "the forced-answer read (beliefs/forced.py): the model's answer is prefilled with this (e.g. 'P = "
+        "0.') and its P read from the next token's distribution; '' = no forced read")
+    judge_forced_prefix: str = setting("", Template(()),
+        "the same for the judge's answer (e.g. '0.'); '' = no forced judge read")
+    forced_min_mass: float = setting(0.5, Real(0, 1, lo_open=True),
+        "a forced read whose valid-answer tokens hold less of the next-token mass (among the top 20) is "
+        "unparsed, never a number")
+    episode: Optional[EpisodePromptsConfig] = setting(None, OneOf((None,)),
+        "chat episodes' prompts (conf/prompts/c2.yaml); null = none")
+
+
+@dataclass
+class EvalConfig:
+    """How every model stage is measured, per seed."""
+    kind: str = setting("evaluate", InChoices(), "a registered measure kind (martingale.stages)")
+    temperature: float = setting(1.0, NONNEG)
+    n_bootstrap: int = setting(1000, COUNT)
+    ci: float = setting(0.95, OPEN_UNIT)
+    prior_draws: int = setting(0, Int(0),
+        "K extra snap-prior draws per question (snap mode): de-attenuated MS; 0 = off")
+    negations: bool = setting(False, Flag(),
+        "also ask each held-out question's negation: coherence |P(A) + P(¬A) − 1|")
+    balance: bool = setting(False, Flag(),
+        "evaluate on held-out + each question's negation as questions of their own: ȳ = 0.5, the base-rate "
+        "constant's Brier 0.25 (the log's balanced regime)")
+    min_parse_rate: float = setting(0.0, FRACTION,
+        "an eval whose answers state a P less often fails, quoting some (conf/config.yaml: 0.5)")
+
+
+@dataclass
+class WandbConfig:
+    """How runs are tracked in wandb (tracking.py): offline by default."""
+    mode: str = setting("offline", OneOf(("offline", "online", "disabled")), "offline | online | disabled")
+    project: str = setting("martingale", Name())
+    entity: Optional[str] = setting(None, Name(optional=True))
+
+
+@dataclass
+class BudgetConfig:
+    """A cap on what one build may cost, from `martingale plan --cost`'s estimate: the workflow
+refuses to start a build whose estimate exceeds it (null = no cap)."""
+    gpu_hours: Optional[float] = setting(None, Maybe(POSITIVE))
+    cpu_hours: Optional[float] = setting(None, Maybe(POSITIVE))

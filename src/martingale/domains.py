@@ -1,0 +1,275 @@
+"""Domains: the values one config key may hold (a range, an enum, a name, a path ...), and
+``setting``, a dataclass field that carries its domain and help beside its default. Every config
+section, the core ones and those an extension declares (a reward's parameters, a reader's, a
+backend's or a stage kind's section), writes each key once, with its domain: the schema, ``martingale
+check`` and the docs read them off the fields (config/schema.py ``domains_of``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from .io import system_path_problem
+
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")   # model/family/gpu/wandb names
+MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,127}")     # a LoRA target module
+SEED_MAX = 2**32 - 1        # torch.manual_seed(seed * 100_003 + step) must stay within 64 bits
+
+
+def _num(x: Optional[float]) -> str:
+    """A bound as written: 4294967295, not 4.29497e+09; 0.5 as 0.5."""
+    return str(int(x)) if x is not None and float(x).is_integer() else f"{x}"
+
+
+class Domain:
+    """The values one key may hold. ``problem(value)``: what is wrong, in a few words, or None."""
+
+    def problem(self, value: Any) -> Optional[str]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Num(Domain):
+    """A finite number in [lo, hi], with an open end where ``lo_open``/``hi_open``; ``integer``:
+    an int only (a bool is never a number here)."""
+    lo: Optional[float] = None
+    hi: Optional[float] = None
+    lo_open: bool = False
+    hi_open: bool = False
+    integer: bool = False
+
+    def describe(self) -> str:
+        """The range in words: ``in (0, 1]``, ``≥ 2``, ``> 0``."""
+        lo, hi = _num(self.lo), _num(self.hi)
+        if self.lo is not None and self.hi is not None:
+            return f"in {'(' if self.lo_open else '['}{lo}, {hi}{')' if self.hi_open else ']'}"
+        if self.lo is not None:
+            return f"{'>' if self.lo_open else '≥'} {lo}"
+        return f"{'<' if self.hi_open else '≤'} {hi}" if self.hi is not None else "finite"
+
+    def problem(self, value: Any) -> Optional[str]:
+        kind = "an integer" if self.integer else "a number"
+        if isinstance(value, bool) or not isinstance(value, int if self.integer else (int, float)):
+            return f"expected {kind}, got {value!r}"
+        if not math.isfinite(value):
+            return f"{value!r} is not finite: must be {self.describe()}"
+        low_ok = self.lo is None or (value > self.lo if self.lo_open else value >= self.lo)
+        high_ok = self.hi is None or (value < self.hi if self.hi_open else value <= self.hi)
+        return None if low_ok and high_ok else f"{value!r} is out of range: must be {self.describe()}"
+
+
+def Int(lo: Optional[int] = None, hi: Optional[int] = None) -> Num:
+    """An integer in [lo, hi]."""
+    return Num(lo, hi, integer=True)
+
+
+def Real(lo: Optional[float] = None, hi: Optional[float] = None, lo_open: bool = False,
+         hi_open: bool = False) -> Num:
+    """A finite number in [lo, hi] (ends open where asked)."""
+    return Num(lo, hi, lo_open, hi_open)
+
+
+@dataclass(frozen=True)
+class Maybe(Domain):
+    """null, or a value ``inner`` accepts."""
+    inner: Domain
+
+    def problem(self, value: Any) -> Optional[str]:
+        return None if value is None else self.inner.problem(value)
+
+
+@dataclass(frozen=True)
+class OneOf(Domain):
+    """One of a fixed list of values."""
+    values: tuple[Any, ...]
+
+    def problem(self, value: Any) -> Optional[str]:
+        if value in self.values and not isinstance(value, bool):
+            return None
+        return f"{value!r} is not one of: {', '.join('null' if v is None else str(v) for v in self.values)}"
+
+
+@dataclass(frozen=True)
+class InChoices(Domain):
+    """One of ``choices()[key]`` (the fixed enums and the registries): checked there."""
+
+    def problem(self, value: Any) -> Optional[str]:
+        return None
+
+
+@dataclass(frozen=True)
+class Name(Domain):
+    """A name: letters, digits, '.', '_', '-' (``pattern``); null allowed where ``optional``."""
+    optional: bool = False
+    pattern: re.Pattern = SAFE_NAME
+
+    def problem(self, value: Any) -> Optional[str]:
+        if value is None:
+            return None if self.optional else "needs a name, got null"
+        if not isinstance(value, str) or not value.strip():
+            return f"needs a name, got {value!r}"
+        if not self.pattern.fullmatch(value):
+            return f"{value!r} is not a name (letters, digits, '.', '_', '-'; at most 128)"
+        return None
+
+
+@dataclass(frozen=True)
+class Names(Domain):
+    """A non-empty list of distinct names (``pattern``)."""
+    pattern: re.Pattern = MODULE_NAME
+
+    def problem(self, value: Any) -> Optional[str]:
+        if not isinstance(value, list) or not value:
+            return f"needs a non-empty list of names, got {value!r}"
+        bad = [v for v in value if not isinstance(v, str) or not self.pattern.fullmatch(v)]
+        if bad:
+            return f"{bad[0]!r} is not a module name"
+        return f"repeated name in {value}" if len(set(value)) != len(value) else None
+
+
+@dataclass(frozen=True)
+class PathValue(Domain):
+    """A file-system path (or null where ``optional``): one line, not blank, not a system folder.
+    It is opened only by the stage its key belongs to, which checks what is there."""
+    optional: bool = True
+
+    def problem(self, value: Any) -> Optional[str]:
+        if value is None:
+            return None if self.optional else "needs a path, got null"
+        if not isinstance(value, str) or not value.strip() or value != value.strip():
+            return f"needs a path (null for none), got {value!r}"
+        if any(c in value for c in "\0\n\r"):
+            return f"{value!r} is not a path (control characters)"
+        return system_path_problem(value)
+
+
+@dataclass(frozen=True)
+class Url(Domain):
+    """An http(s) URL (a server's base address), or null."""
+
+    def problem(self, value: Any) -> Optional[str]:
+        if value is None:
+            return None
+        if not isinstance(value, str) or not re.fullmatch(r"https?://[A-Za-z0-9.\-\[\]:]+(/[\w./\-]*)?", value):
+            return f"{value!r} is not an http(s) URL like http://127.0.0.1:8000"
+        return None
+
+
+@dataclass(frozen=True)
+class SecretVar(Domain):
+    """The name of an environment variable holding a key: one every writer redacts (io.SECRET_WORDS
+    in its name), so its value can never reach a file."""
+
+    def problem(self, value: Any) -> Optional[str]:
+        from .io import SECRET_WORDS
+        if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", value):
+            return f"needs an environment variable name, got {value!r}"
+        if not any(w in value.upper() for w in SECRET_WORDS):
+            return (f"{value!r}: name the key's variable with one of {', '.join(SECRET_WORDS)} in it "
+                    "(so every file the tool writes redacts its value)")
+        return None
+
+
+@dataclass(frozen=True)
+class ProjectPath(Domain):
+    """A relative path inside the project (no '..', not absolute): where the tool may write."""
+
+    def problem(self, value: Any) -> Optional[str]:
+        if not isinstance(value, str) or not value.strip() or any(c in value for c in "\0\n\r"):
+            return f"needs a relative path inside the project, got {value!r}"
+        if value.startswith(("/", "~")) or ".." in Path(value).parts:
+            return f"{value!r} leaves the project: use a relative path without '..'"
+        return None
+
+
+@dataclass(frozen=True)
+class Template(Domain):
+    """A prompt template: str.format fields only among ``allowed`` (empty for the embedded set)."""
+    allowed: tuple[str, ...]
+
+    def problem(self, value: Any) -> Optional[str]:
+        import string
+        if not isinstance(value, str):
+            return f"needs a template string, got {value!r}"
+        try:
+            names = {f for _, f, _, _ in string.Formatter().parse(value) if f is not None}
+        except ValueError as e:
+            return f"not a template ({e})"
+        unknown = sorted(n for n in names if n not in self.allowed)
+        return f"unknown field {{{unknown[0]}}} (known: {', '.join(self.allowed)})" if unknown else None
+
+
+@dataclass(frozen=True)
+class Args(Domain):
+    """A list of command-line arguments, each one line (possibly empty)."""
+
+    def problem(self, value: Any) -> Optional[str]:
+        if not isinstance(value, list) or not all(isinstance(v, str) and v and "\n" not in v and "\0" not in v
+                                                  for v in value):
+            return f"needs a list of one-line arguments, got {value!r}"
+        return None
+
+
+@dataclass(frozen=True)
+class Flag(Domain):
+    """true or false."""
+
+    def problem(self, value: Any) -> Optional[str]:
+        return None if isinstance(value, bool) else f"expected true or false, got {value!r}"
+
+
+@dataclass(frozen=True)
+class Seeds(Domain):
+    """A non-empty list of distinct integer seeds in [0, SEED_MAX]."""
+
+    def problem(self, value: Any) -> Optional[str]:
+        if not isinstance(value, list) or not value:
+            return "needs at least one seed"
+        bad = [s for s in value if SEED.problem(s)]
+        if bad:
+            return f"seed {bad[0]!r} is not an integer in [0, {SEED_MAX}]"
+        return f"repeated seed in {value}" if len(set(value)) != len(value) else None
+
+
+POSITIVE = Real(0, lo_open=True)
+NONNEG = Real(0)
+FRACTION = Real(0, 1)
+OPEN_UNIT = Real(0, 1, lo_open=True, hi_open=True)
+LR = Real(0, 1, lo_open=True)
+COUNT = Int(1)
+SEED = Int(0, SEED_MAX)
+
+
+
+def setting(default: Any, domain: Domain, help: str = "", factory: Any = None) -> Any:
+    """A config key: its default (or ``factory`` for a list or mapping), its domain, what it does."""
+    meta = {"domain": domain, "help": help}
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def section(cls: type, help: str = "") -> Any:
+    """A config key that is a section (a dataclass of settings), made fresh for every config."""
+    return dataclasses.field(default_factory=cls, metadata={"section": True, "help": help})
+
+
+@dataclass(frozen=True)
+class Section:
+    """A config section an extension owns, declared where the extension is defined: its key (a
+    stage kind's or reader's at the top level, ``judge``; a backend's under ``model``,
+    ``model.vllm``) and its dataclass of settings. It is in a stage's slice and a run's identity
+    only where the run uses the extension (a kind in its chain, the reader it reads with, the
+    backend it serves through), so a new extension's keys change no other run. ``in_every_run``:
+    the section was in every run's identity (a backend's, in every generating stage's id) before
+    extensions declared their sections; it stays there, so no id or config hash changed."""
+    key: str
+    schema: type
+    in_every_run: bool = False
+
+
+SERVED_NAME = Name(optional=True, pattern=re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:-]{0,127}"))   # deepseek-chat, org/model

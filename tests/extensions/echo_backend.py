@@ -1,0 +1,27 @@
+"""A generation backend with its own section: transformers in-process, after a pause (``model.echo``)."""
+import time
+from dataclasses import dataclass
+
+from martingale.domains import Int, Section, setting
+from martingale.model.backend import HFBackend, backend
+
+
+@dataclass
+class EchoConfig:
+    """The echo backend's section (``model.echo``)."""
+    delay_ms: int = setting(0, Int(0, 1000), "a pause before every batch it samples")
+
+
+@backend("echo", section=Section("echo", EchoConfig))
+class EchoBackend(HFBackend):
+    """HFBackend, pausing ``model.echo.delay_ms`` before each sample."""
+
+    @classmethod
+    def load(cls, folder, model_cfg):
+        made = super().load(folder, model_cfg)
+        made.delay = int(model_cfg["echo"]["delay_ms"]) / 1000
+        return made
+
+    def sample(self, *args, **kwargs):
+        time.sleep(getattr(self, "delay", 0.0))
+        return super().sample(*args, **kwargs)
