@@ -357,3 +357,17 @@ def test_stage_metrics_writes_exactly_the_tables_keys_in_order():
     head = [k for k in every if k not in DEATT_KEYS]
     assert m[:-1 - len(DEATT_KEYS)] == head[:-1] and set(m[-1 - len(DEATT_KEYS):-1]) == set(DEATT_KEYS)
     assert all(metric.fn.__doc__ for metric in STAGE_METRICS)   # every metric says its formula
+
+
+def test_a_metric_sees_only_the_columns_it_declares():
+    """Each entry's ``reads`` is what its function gets: an undeclared column is an error naming it,
+    so every declaration in the table is checked by the test above (all of them computed)."""
+    from martingale.metrics import Metric, StageColumns
+    s = StageColumns.from_records([_rec(i % 2, 0.2, 0.3, 0.4) for i in range(8)], 10, 0.9, 0)
+    assert Metric(("x",), lambda c: float(c.stated[c.ok].mean()), ("stated",)).compute(s) == pytest.approx(0.4)
+    with pytest.raises(AttributeError, match=r"used y \(y undeclared\)"):
+        Metric(("x",), lambda c: float(c.y.mean()), ("stated",)).compute(s)
+    with pytest.raises(AttributeError, match="used pair"):
+        Metric(("x",), lambda c: int(c.pair.sum()), ("prior",)).compute(s)
+    with pytest.raises(ValueError, match="reads must be some of"):
+        Metric(("x",), lambda c: 0.0, ("logits",))

@@ -315,13 +315,48 @@ class StageColumns:
         return ~np.isnan(self.trace_cut) & ~np.isnan(self.trace_last)
 
 
+COLUMNS = ("y", "stated", "prior", "post", "trace_cut", "trace_last", "bayes", "neg", "draws")
+MASKS = {"ok": ("stated",), "pair": ("prior", "post"), "trace_pair": ("trace_cut", "trace_last")}
+SETTINGS = ("n_bootstrap", "level", "seed")
+
+
 @dataclass(frozen=True)
 class Metric:
-    """One entry of the stage table: the keys it writes and the function computing them (a value,
-    or a dict of the keys; MetricError when undefined). ``applies``: whether the stage has its data."""
+    """One entry of the stage table: the keys it writes, the function computing them (a value, or
+    a dict of the keys; MetricError when undefined) and the columns it reads (``reads``, of
+    COLUMNS), as a reward declares its inputs. It applies where the stage has every one of them (a
+    negation column only where the eval asked negations); its function sees only those (Reads)."""
     keys: tuple[str, ...]
     fn: Callable[[StageColumns], Any]
-    applies: Callable[[StageColumns], bool] = lambda s: True
+    reads: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        unknown = [c for c in self.reads if c not in COLUMNS]
+        if not self.reads or unknown:
+            raise ValueError(f"metric {self.keys[0]}: reads must be some of {', '.join(COLUMNS)}, got {self.reads}")
+
+    def applies(self, s: StageColumns) -> bool:
+        return all(getattr(s, c) is not None for c in self.reads)
+
+    def compute(self, s: StageColumns) -> Any:
+        return self.fn(Reads(s, self.reads))   # type: ignore[arg-type]
+
+
+class Reads:
+    """A stage's columns as one metric sees them: those it declares, the masks made of them
+    (``ok``: stated; ``pair``: prior, post; ``trace_pair``) and the bootstrap settings. Any other
+    column is an error naming it: a declaration the function does not keep fails its first test."""
+
+    def __init__(self, s: StageColumns, reads: tuple[str, ...]):
+        self._s, self._reads = s, reads
+
+    def __getattr__(self, name: str) -> Any:
+        need = () if name in SETTINGS else MASKS.get(name, (name,))
+        missing = [c for c in need if c not in self._reads]
+        if missing:
+            raise AttributeError(f"a metric reading {', '.join(self._reads)} used {name} "
+                                 f"({', '.join(missing)} undeclared)")
+        return getattr(self._s, name)
 
 
 def _share(mask: np.ndarray) -> float:
@@ -531,36 +566,37 @@ def _deattenuated(s: StageColumns) -> dict[str, Any]:
     return deattenuate(s.prior, s.post, s.draws, s.n_bootstrap, s.level, s.seed)
 
 
-def _has_negations(s: StageColumns) -> bool:
-    return s.neg is not None
-
-
-def _has_draws(s: StageColumns) -> bool:
-    return s.draws is not None
 
 
 MS_FIT_KEYS = ("ms", "ms_intercept", "lin_r2", "rho", "sigma_ratio", "mean_abs_delta")
 MURPHY_KEYS = ("brier_reliability", "brier_resolution", "brier_uncertainty", "brier_wbv", "brier_wbc")
 EXTREME_KEYS = ("share_le_0.05", "share_ge_0.95", "share_extreme", "share_gt_0.8")
 
-# The eval.json block of a stage, in this order.
+# The eval.json block of a stage, in this order: (keys, function, the columns it reads).
 STAGE_METRICS: tuple[Metric, ...] = (
-    Metric(("n",), _n), Metric(("n_stated",), _n_stated), Metric(("n_pairs",), _n_pairs),
-    Metric(("parse_rate",), _parse_rate), Metric(("prior_parse_rate",), _prior_parse_rate),
-    Metric(("posterior_parse_rate",), _posterior_parse_rate),
-    Metric(("brier_constant",), _brier_constant), Metric(("brier_oracle",), _brier_oracle),
-    Metric(("brier",), _brier), Metric(("bss",), _bss), Metric(("mean_p",), _mean_p),
-    Metric(("overconfidence",), _overconfidence), Metric(("overconfidence_ci",), _overconfidence_ci),
-    Metric(EXTREME_KEYS, _extremes), Metric(("ece",), _ece), Metric(MURPHY_KEYS, _murphy),
-    Metric(("brier_ci",), _brier_ci), Metric(("coherence",), _coherence),
-    Metric(MS_FIT_KEYS, _fit), Metric(("ms_identity_gap", "ms_identity_gap_ci"), _identity_gap),
-    Metric(("signed_lin_r2",), _signed_lin_r2), Metric(("inertia",), _inertia),
-    Metric(("ms_ci",), _ms_ci), Metric(("brier_prior",), _brier_prior), Metric(("delta_brier",), _delta_brier),
-    Metric(("delta_brier_ci",), _delta_brier_ci),
-    Metric(("ms_trace",), _ms_trace), Metric(("ms_trace_ci",), _ms_trace_ci),
-    Metric(("n_negation_pairs",), _n_negation_pairs, _has_negations),
-    Metric(("negation_coherence",), _negation_coherence, _has_negations),
-    Metric(DEATT_KEYS, _deattenuated, _has_draws),
+    Metric(("n",), _n, ("y",)), Metric(("n_stated",), _n_stated, ("stated",)),
+    Metric(("n_pairs",), _n_pairs, ("prior", "post")),
+    Metric(("parse_rate",), _parse_rate, ("stated",)), Metric(("prior_parse_rate",), _prior_parse_rate, ("prior",)),
+    Metric(("posterior_parse_rate",), _posterior_parse_rate, ("post",)),
+    Metric(("brier_constant",), _brier_constant, ("y",)), Metric(("brier_oracle",), _brier_oracle, ("bayes", "y")),
+    Metric(("brier",), _brier, ("stated", "y")), Metric(("bss",), _bss, ("stated", "y")),
+    Metric(("mean_p",), _mean_p, ("stated",)),
+    Metric(("overconfidence",), _overconfidence, ("stated", "y")),
+    Metric(("overconfidence_ci",), _overconfidence_ci, ("stated", "y")),
+    Metric(EXTREME_KEYS, _extremes, ("stated",)), Metric(("ece",), _ece, ("stated", "y")),
+    Metric(MURPHY_KEYS, _murphy, ("stated", "y")),
+    Metric(("brier_ci",), _brier_ci, ("stated", "y")), Metric(("coherence",), _coherence, ("stated", "trace_last")),
+    Metric(MS_FIT_KEYS, _fit, ("prior", "post")),
+    Metric(("ms_identity_gap", "ms_identity_gap_ci"), _identity_gap, ("prior", "post")),
+    Metric(("signed_lin_r2",), _signed_lin_r2, ("prior", "post")), Metric(("inertia",), _inertia, ("prior", "post")),
+    Metric(("ms_ci",), _ms_ci, ("prior", "post")), Metric(("brier_prior",), _brier_prior, ("prior", "post", "y")),
+    Metric(("delta_brier",), _delta_brier, ("prior", "post", "y")),
+    Metric(("delta_brier_ci",), _delta_brier_ci, ("prior", "post", "y")),
+    Metric(("ms_trace",), _ms_trace, ("trace_cut", "trace_last")),
+    Metric(("ms_trace_ci",), _ms_trace_ci, ("trace_cut", "trace_last")),
+    Metric(("n_negation_pairs",), _n_negation_pairs, ("stated", "neg")),
+    Metric(("negation_coherence",), _negation_coherence, ("stated", "neg")),
+    Metric(DEATT_KEYS, _deattenuated, ("prior", "post", "draws")),
 )
 
 
@@ -568,7 +604,7 @@ def _put(metric: Metric, s: StageColumns, out: dict[str, Any], undefined: dict[s
     """Store the metric's value (a dict is merged, its ``undefined`` too) or, where it is undefined,
     NaN under each of its keys ([NaN, NaN] for an interval) with the reason."""
     try:
-        value = metric.fn(s)
+        value = metric.compute(s)
     except MetricError as e:
         for k in metric.keys:
             out[k] = [float("nan")] * 2 if k.endswith("_ci") else float("nan")
