@@ -67,8 +67,12 @@ def backend_sections(model: dict) -> dict[str, bool]:
     """Each backend's section under ``model`` (its key) → whether this model uses it: its backend is
     the one that declared it, or the section was in every generating stage's id before backends
     declared sections (``in_every_run``: vllm's)."""
-    return {d.section.key: d.section.in_every_run or model.get("backend") == d.name
-            for d in declared_sections() if d.by == "backend"}
+    return {key: always or model.get("backend") == name for key, name, always in _backend_sections()}
+
+
+def _backend_sections() -> tuple[tuple[str, str, bool], ...]:
+    """(key, backend, in_every_run) of each backend's section."""
+    return tuple((d.section.key, d.name, d.section.in_every_run) for d in declared_sections() if d.by == "backend")
 
 
 def _model_slice(model: dict, kind: StageKind) -> dict:

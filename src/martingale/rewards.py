@@ -14,10 +14,11 @@ module at parse time: numpy is imported inside the functions that use it, on fir
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from .registry import Registry
+from .registry import Registry, epoch
 
 if TYPE_CHECKING:
     import numpy as np
@@ -85,6 +86,11 @@ def reward(name: str, needs: tuple[str, ...], params: tuple[str, ...] | Mapping[
 def reward_settings() -> dict[str, tuple[str, Any]]:
     """Every key a reward brings to the stage config: key → (the reward, its ``setting`` field).
     Two rewards declaring one key is an error naming both."""
+    return _reward_settings(epoch())
+
+
+@functools.lru_cache(maxsize=4)
+def _reward_settings(registries: int) -> dict[str, tuple[str, Any]]:
     out: dict[str, tuple[str, Any]] = {}
     for r in REWARDS.values():
         for key, f in r.settings.items():

@@ -102,16 +102,21 @@ def _build(registries: int) -> dict[str, type]:
     return {"Config": _make("Config", top), "ModelConfig": model, "StageConfig": stage, "StagesConfig": stages}
 
 
+_DISCOVERED = [False]
+
+
 def _registries() -> int:
     """The registries' epoch once every extension module of the package is imported (its
     declarations registered): the key of what is built from them."""
-    from ..beliefs import readers  # noqa: F401 (its readers register on import)
-    from ..episodes import chat, synthetic  # noqa: F401 (their modes)
-    from ..model.backend import backends
-    from ..rewards import REWARDS  # noqa: F401
-    from ..stages import kinds
-    kinds()
-    backends()
+    if not _DISCOVERED[0]:
+        from ..beliefs import readers  # noqa: F401 (its readers register on import)
+        from ..episodes import chat, synthetic  # noqa: F401 (their modes)
+        from ..model.backend import backends
+        from ..rewards import REWARDS  # noqa: F401
+        from ..stages import kinds
+        kinds()
+        backends()
+        _DISCOVERED[0] = True
     return epoch()
 
 
