@@ -12,9 +12,13 @@ A kind's place in a chain:
   metrics out.
 
 Its slice is the config keys ``keys`` (plus ``stage``, the step's own config, for a step, and
-``seed`` for a per-seed kind): the stage id hashes it, and ``run`` receives it. A kind that does not
+``seed`` for a per-seed kind): the stage id hashes it, and ``run`` receives it. A kind with settings
+of its own declares their section (``section=Section("simulate", SimulateConfig)``: a key of the
+config, one of its keys), in a run's identity only where the kind is in its chain (``uses_key``);
+a kind that reads ``elicit`` also sees the section of the reader it reads with. A kind that does not
 generate through ``model.backend`` (``serves=False``) sees no serving keys (``model.backend``,
-``server_url``, ``vllm``): the same model built under another engine is the same stage. Input roles name
+``server_url``, every backend's section): the same model built under another engine is the same
+stage. Input roles name
 upstream stage folders: ``judge_model`` is the run's judge (``elicit.judge_model``: the natural
 model or the start model), ``human_model`` the episodes' human (the start model), any other role the
 model upstream. A kind that ``trains`` (gradient steps) on a CPU model has its model's thread count
