@@ -66,6 +66,47 @@ def test_the_hf_backend_samples_reads_and_scores_through_the_protocol(default_cf
     assert len(gen.greedy_next(prompts, max_new_tokens=1)) == 2
 
 
+def test_a_one_token_read_gives_generates_logits_to_the_bit_in_one_forward_pass(default_cfg, untrained_model):
+    """A judge's one-token greedy read (greedy_next, max_new_tokens=1) is one forward pass, not
+    generate: the last position's logits equal generate's bit for bit on left-padded prompts of
+    mixed lengths, so the answers (and every stage's bytes) are the same."""
+    import torch
+
+    from martingale.model import generate
+    from martingale.world import traces
+    gen = open_model(untrained_model, default_cfg["model"])
+    with torch.no_grad():   # sharpen the untrained model's attention, so positions change its logits
+        for name, p in gen.model.named_parameters():
+            if "q_proj" in name or "k_proj" in name:
+                p.mul_(30)
+    words = [w for w in traces.vocabulary(default_cfg["world"]["n_clue_types"]) if w.startswith("c")]
+    rng = __import__("random").Random(0)
+    prompts = [" ".join(["Q"] + rng.choices(words, k=rng.randint(1, 12)) + ["read", "P", "="]) for _ in range(48)]
+    enc = gen.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    with torch.no_grad():
+        out = gen.model.generate(**enc, do_sample=False, max_new_tokens=1, output_logits=True,
+                                 return_dict_in_generate=True, pad_token_id=gen.tokenizer.pad_token_id,
+                                 eos_token_id=gen.tokenizer.eos_token_id)
+        assert torch.equal(generate.next_logits(gen.model, enc["input_ids"], enc["attention_mask"]), out.logits[0])
+        assert torch.equal(generate.greedy_token(gen.model, enc["input_ids"], enc["attention_mask"]),
+                           out.sequences[:, -1:])
+    answers = gen.greedy_next(prompts, max_new_tokens=1)
+    assert answers == gen.tokenizer.batch_decode(out.sequences[:, -1:], skip_special_tokens=True)
+
+
+def test_a_generation_config_that_changes_greedy_logits_sends_a_read_through_generate(default_cfg, untrained_model):
+    """A model whose generation config sets a logits processor (a repetition penalty, say) is read
+    by generate itself, which applies it; the one-pass read is for configs that change nothing."""
+    from martingale.model import generate
+    gen = open_model(untrained_model, default_cfg["model"])
+    assert not generate._has_logits_processors(gen.model)
+    gen.model.generation_config.repetition_penalty = 1.3
+    try:
+        assert generate._has_logits_processors(gen.model)
+    finally:
+        gen.model.generation_config.repetition_penalty = None
+
+
 def test_the_loss_scores_samples_under_the_temperature_they_were_drawn_at(default_cfg, untrained_model):
     """Samples drawn at temperature T are scored with log softmax(logits / T): the policy-gradient
     loss and its KL use the distribution that produced the samples (T = 1 is the plain softmax)."""

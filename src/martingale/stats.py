@@ -40,11 +40,14 @@ def ms_regression(prior: np.ndarray, posterior: np.ndarray) -> Any:
 
 
 def ms_slope(prior: np.ndarray, posterior: np.ndarray) -> float:
-    """MS = OLS slope of Δ = posterior − prior on (prior − ½); NaN for a constant prior (a bootstrap
-    resample may draw one)."""
+    """MS = OLS slope of Δ = posterior − prior on (prior − ½) = cov(x, Δ) / var(x); NaN for a
+    constant prior (a bootstrap resample may draw one). The slope ``linregress`` computes, by its
+    own arithmetic (``np.cov(x, y, bias=1)``, then ssxy / ssx): the same bits, without the ~1 ms
+    of argument handling per call that a bootstrap pays thousands of times."""
     if np.ptp(prior) == 0:
         return np.nan
-    return float(ms_regression(prior, posterior).slope)
+    ssx, ssxy, _, _ = np.cov(prior - 0.5, posterior - prior, bias=1).flat
+    return float(ssxy / ssx)
 
 
 def batch_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:

@@ -109,11 +109,45 @@ def greedy_next(model, tokenizer, texts: list[str], max_new_tokens: int = 1, bat
     for idx in length_chunks(tokenizer, texts, batch_size):
         enc = tokenizer([texts[i] for i in idx], return_tensors="pt", padding=True,
                         add_special_tokens=False).to(model.device)
-        gen = model.generate(**enc, do_sample=False, max_new_tokens=max_new_tokens,
-                             pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-        for i, text in zip(idx, tokenizer.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)):
+        if max_new_tokens == 1 and not _has_logits_processors(model):
+            new = greedy_token(model, enc["input_ids"], enc["attention_mask"])
+        else:
+            gen = model.generate(**enc, do_sample=False, max_new_tokens=max_new_tokens,
+                                 pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+            new = gen[:, enc["input_ids"].shape[1]:]
+        for i, text in zip(idx, tokenizer.batch_decode(new, skip_special_tokens=True)):
             out[i] = text
     return out
+
+
+def greedy_token(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """The greedy next token after each left-padded row, [B, 1]: the argmax of ``next_logits``."""
+    return next_logits(model, input_ids, attention_mask).argmax(dim=-1, keepdim=True)
+
+
+def next_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """The next-token logits after each left-padded row, [B, V] in float32: ``generate``'s first
+    step (its prefill's last-position logits, position ids from the mask) as one forward pass, the
+    same logits to the bit (a one-token judge read pays generate's set-up per call otherwise)."""
+    position_ids = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 1)
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                   logits_to_keep=1, use_cache=False).logits[:, -1]
+    return logits.float()
+
+
+# Generation-config fields under which greedy ``generate`` changes the logits before its argmax.
+_GREEDY_PROCESSORS = ("repetition_penalty", "encoder_repetition_penalty", "no_repeat_ngram_size", "bad_words_ids",
+                      "forced_bos_token_id", "forced_eos_token_id", "suppress_tokens", "begin_suppress_tokens",
+                      "min_length", "min_new_tokens", "sequence_bias", "exponential_decay_length_penalty",
+                      "watermarking_config")
+
+
+def _has_logits_processors(model) -> bool:
+    """Whether the model's generation config sets any of ``_GREEDY_PROCESSORS`` (a real model's
+    generation_config.json may): then a one-token read goes through ``generate`` itself."""
+    cfg = getattr(model, "generation_config", None)
+    return cfg is not None and any(getattr(cfg, name, None) not in (None, 0, 1.0, [], {})
+                                   for name in _GREEDY_PROCESSORS)
 
 
 @torch.no_grad()
