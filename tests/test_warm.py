@@ -28,6 +28,16 @@ JOBS = textwrap.dedent('''
     def crash(smk):
         raise RuntimeError("boom")
 
+    def wandb_run(smk):
+        """An offline wandb run, as a stage's mirror logs one; say which service it used."""
+        import wandb
+        token = os.environ.get("WANDB_SERVICE")
+        run = wandb.init(project="t", mode="offline", dir=smk["dir"], name="r", id=f"r{os.getpid()}",
+                         settings=wandb.Settings(silent=True, console="off", x_disable_stats=True))
+        run.log({"a": 1.0}, step=0)
+        run.finish()
+        Path(smk["out"]).write_text(str(token))
+
     def hang(smk):
         Path(smk["out"]).write_text(str(os.getpid()))
         time.sleep(120)
@@ -56,7 +66,7 @@ def _alive(pid: int) -> bool:
 
 def _client(tmp_path: Path, target: str, out: Path, env: dict | None = None) -> subprocess.Popen:
     """A job script's process: run_job on a plain dict standing in for the snakemake object."""
-    code = f"from martingale import warm; warm.run_job({{'out': {str(out)!r}}}, {target!r})"
+    code = f"from martingale import warm; warm.run_job({{'out': {str(out)!r}, 'dir': {str(tmp_path)!r}}}, {target!r})"
     return subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env={**os.environ, **(env or {})},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -135,3 +145,25 @@ def test_the_worker_exits_when_the_process_that_started_it_is_gone(tmp_path):
     while _alive(pid) and time.time() < deadline:
         time.sleep(0.2)
     assert not _alive(pid)
+
+
+def test_the_jobs_of_a_worker_that_preloads_wandb_log_through_its_one_wandb_service(tmp_path, monkeypatch):
+    """The worker starts wandb's service once; every job's run connects to it (the token in the
+    job's environment) instead of starting its own, and logs and finishes offline as before."""
+    (tmp_path / "warmjobs.py").write_text(JOBS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("WANDB_SERVICE", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    assert warm.start(str(tmp_path), preload=("wandb",), wait=True)
+    try:
+        tokens = []
+        for i in range(2):
+            out = tmp_path / f"token{i}.txt"
+            proc = _client(tmp_path, "warmjobs:wandb_run", out)
+            proc.communicate(timeout=120)
+            assert proc.returncode == 0
+            tokens.append(out.read_text())
+    finally:
+        warm.stop()
+    assert tokens[0] == tokens[1] != "None"           # one service, the worker's
+    assert len(list((tmp_path / "wandb").glob("offline-run-*"))) == 2
