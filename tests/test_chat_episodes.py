@@ -208,7 +208,7 @@ def test_a_vllm_served_smollm2_instructor_trains_with_its_adapter_served_in_plac
 @pytest.mark.slow
 @pytest.mark.real("smollm2")
 @pytest.mark.parametrize("fault, match", [
-    ("mute", r"^instructor stage \(B reward\): the instructor said nothing \(empty utterance\) in 1 of 1 episodes "
+    ("mute", r"^instructor stage \(B reward\): the instructor said nothing \(empty utterance\) in 3 of 3 episodes "
              r"at turn 1 \(assert_spoke"),
     ("no-op", r"^instructor stage \(test-constant reward\): after iteration 0 the adapter leaves every "
               r"utterance's log-prob as the start model's \(max \|Δ\| 0\.00e\+00"),

@@ -12,9 +12,12 @@ evidence each turn, the instructor's utterances; ``simulate.negations`` adds the
 last P (``stated_neg``: coherence |P(A) + P(¬A) − 1|). Metrics: the eval block (MS first → last with
 its CI, Brier …) plus metrics.episode_metrics, and the instructor's own single-agent MS.
 
-Guard (``assert_spoke``): an utterance that is empty or whitespace fails the stage (the log's C3 70B
-runs were invalidated by a silent instructor); so does a trained instructor that speaks exactly as
-its untrained start (its adapter was not applied).
+Guards (``assert_spoke``): a turn where every utterance is empty or whitespace fails the stage (the
+log's C3 70B runs were invalidated by an instructor silent in every episode), and so does one that
+is silent in more than 1 − ``eval.min_parse_rate`` of its turns; a rarer empty utterance (an
+untrained instructor sampling its end-of-text) is counted (``silent_utterances`` in metrics.json),
+that turn's human hears nothing, and the episode stays in the measure. A trained instructor that
+speaks exactly as its untrained start fails too (its adapter was not applied).
 """
 from __future__ import annotations
 
@@ -88,6 +91,18 @@ def assert_spoke(texts: list[str], turn: int, where: str) -> None:
                          f"{len(texts)} episodes at turn {turn} (assert_spoke; e.g. episode {silent[0]})")
 
 
+def check_spoken(played: list[Played], turns: int, floor: float) -> int:
+    """The empty utterances of ``played`` (a measure's episodes, each ``turns`` long), failing the
+    stage when the instructor spoke in fewer than ``floor`` (eval.min_parse_rate) of its turns, as
+    the human's stated P is held to it. Returns how many were empty."""
+    said = [u for p in played for episode in p.utterances for u in episode]
+    silent = sum(1 for u in said if not u)
+    if said and (len(said) - silent) / len(said) < floor:
+        raise StageError(f"simulate: the instructor said nothing (empty utterance) in {silent} of its {len(said)} "
+                         f"turns, more than 1 − eval.min_parse_rate {floor} (assert_spoke)")
+    return silent
+
+
 def human_reads(human, ask, world, episodes: list[Episode], temperature: float, seed: int) -> tuple[list, list]:
     """Each human reasons over its evidence window and states P: (stated P, trace text)."""
     from ..beliefs.parse import parse_p
@@ -125,7 +140,8 @@ def play(human, instructor, world, episodes: list[Episode], sim: dict[str, Any],
             slots = [order(world, e, last[i], rngs[i]) for i, e in enumerate(episodes)]
             prompts = [ep_mod.instructor_prompt(world, e, s, last[i]) for i, (e, s) in enumerate(zip(episodes, slots))]
             batch = instructor.sample(prompts, 1, i_temp, base + TURN_SEED_STRIDE * turn + 1)
-            assert_spoke(batch.texts if strict else ["".join(batch.texts)], turn, where)
+            if strict or not any(t.strip() for t in batch.texts):   # not strict: only an all-silent turn fails
+                assert_spoke(batch.texts, turn, where)
             for i, (e, text) in enumerate(zip(episodes, batch.texts)):
                 clue = ep_mod.heard_clue(text, world.n_types)
                 if not text.strip():
@@ -250,18 +266,21 @@ def run(cfg: dict[str, Any], model: Path, human_model: Path, out_dir: Path) -> N
         if trained:
             guards["instructor_adapter_gap"] = check_instructor_applied(
                 instructor, human, world, episodes, float(cfg["model"]["vllm"]["adapter_floor"]))
-        played = play(human, instructor, world, episodes, sim, cfg.get("prompts"), seed)
+        played = play(human, instructor, world, episodes, sim, cfg.get("prompts"), seed, strict=False)
         negated = None
         if sim["negations"]:
             negated = play(human, instructor, world, ep_mod.negated(ep_mod.setup(world, questions, sim, seed)),
-                           sim, cfg.get("prompts"), seed + NEGATION_OFFSET)
+                           sim, cfg.get("prompts"), seed + NEGATION_OFFSET, strict=False)
+        silent = check_spoken([x for x in (played, negated) if x is not None], int(sim["turns"]),
+                              float(cfg["eval"]["min_parse_rate"]))
         alone = instructor_alone(instructor, human, cfg, questions) if sim["mode"] != "none" else {}
     finally:
         for b in opened:
             b.close()
     rows = records(world, played, seed, negated)
-    write_episodes(cfg, rows, seed, {"unreadable_utterances": played.unreadable, **alone}, guards, out_dir,
-                   "simulate", "instructor_ms")
+    # silent_utterances only where there were some: a stage with none writes the bytes it always did
+    counts = {"unreadable_utterances": played.unreadable, **({"silent_utterances": silent} if silent else {})}
+    write_episodes(cfg, rows, seed, {**counts, **alone}, guards, out_dir, "simulate", "instructor_ms")
 
 
 def write_episodes(cfg: dict[str, Any], rows: list[dict[str, Any]], seed: int, extra: dict[str, Any],
