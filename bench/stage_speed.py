@@ -4,8 +4,7 @@ Not a test: `python bench/stage_speed.py --against DIR [RUN LABEL ...]`.
 Each stage (a run and one of its stage labels: train-s1, eval-s1, ...; ``aggregate`` for the run's
 aggregate) runs in a fresh process with a checkout's src/ first on the import path, on this
 project's store (``--root``: another project's; the inputs must be built: `make demo` builds the
-default ones), into a temporary
-folder; the body is timed after the imports, as a warm worker runs it. Rounds alternate between
+default ones), into a temporary folder; the body is timed after the imports, as a warm worker runs it. Rounds alternate between
 the checkouts (``--rounds``, best of them). Printed per stage: both times, the ratio this / other,
 and whether the two wrote the same bytes (every file but provenance.json, which names the
 checkout's path). ``--n-train N`` runs a train stage on the first N training questions (a shorter
@@ -49,11 +48,13 @@ else:
     from martingale.stages import kinds
     from martingale.store import stage_dir
     from martingale.threads import use_threads
-    kind, _, name = label.partition("-")
-    rows = [r for r in plan.run_stages(run) if r.stage == name]
-    job_types = plan.index()["stages"]
-    sid = (rows[0].model_stage if kind != "eval" else rows[0].eval_stage) if rows and kind in ("train", "eval") \
-        else next(s for s in plan.run_chain(run) if job_types[s]["job_type"] == label)
+    if label.startswith(("train-", "eval-")):       # a stage of the run's own seed chain
+        kind, _, name = label.partition("-")
+        row = next(r for r in plan.run_stages(run) if r.stage == name)
+        sid = row.eval_stage if kind == "eval" else row.model_stage
+    else:                                            # another role of its chain: pretrain, distill-D, ...
+        job_types = plan.index()["stages"]
+        sid = next(s for s in plan.run_chain(run) if job_types[s]["job_type"] == label)
     stage = plan.stages[sid]
     cfg = dict(stage.cfg)
     if n_train and "world" in cfg:

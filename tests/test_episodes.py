@@ -149,16 +149,16 @@ def test_a_measure_counts_a_rare_empty_utterance_and_goes_on():
     silence counted (what a c2 seeds run met); the stage does not fail on it."""
     turns = [["c3", "c7", "c1", "c2"] for _ in range(200)]
     turns[72][3] = ""
-    assert check_spoken([_said(turns)], 4, 0.5) == 1
-    assert check_spoken([_said([["c1"] * 4] * 3)], 4, 0.5) == 0
+    assert check_spoken([_said(turns)], 0.5) == 1
+    assert check_spoken([_said([["c1"] * 4] * 3)], 0.5) == 0
 
 
 def test_a_measure_fails_when_the_instructor_is_silent_in_more_turns_than_the_parse_floor_allows():
     half = [["c3", "", "", ""] for _ in range(10)]          # spoke in 1 of 4 turns: under a floor of 0.5
     with pytest.raises(StageError, match=r"^simulate: the instructor said nothing \(empty utterance\) in 30 of its "
                                          r"40 turns, more than 1 − eval.min_parse_rate 0.5 \(assert_spoke\)$"):
-        check_spoken([_said(half)], 4, 0.5)
-    assert check_spoken([_said(half)], 4, 0.0) == 30      # smoke scale (floor 0): only an all-silent turn fails
+        check_spoken([_said(half)], 0.5)
+    assert check_spoken([_said(half)], 0.0) == 30      # smoke scale (floor 0): only an all-silent turn fails
 
 
 def test_the_stage_refuses_what_check_refuses_in_the_same_words():

@@ -158,7 +158,7 @@ def _instructor_says(instructor: Any, conversations: list[Messages], max_tokens:
 
 def play(human: Any, instructor: Any, episodes: list[ChatEpisode], ep: dict[str, Any], sim: dict[str, Any],
          fields: Callable[[Any], dict[str, str]], reader: Reader, seed: int,
-         assert_spoke: Callable[[list[str], int, str], None], where: str = "simulate",
+         assert_spoke: Callable[[list[str], int, str, bool], None], where: str = "simulate",
          strict: bool = True) -> Played:
     """Play every episode for ``simulate.turns`` turns, all side by side (one batch per turn and
     agent). Turn t seeds the human with seed·1000 + 10t and the instructor with + 1 (as the
@@ -194,8 +194,7 @@ def play(human: Any, instructor: Any, episodes: list[ChatEpisode], ep: dict[str,
                 from ..errors import StageError
                 raise StageError(f"{where}: the instructor's endpoint failed every retry at turn {turn} "
                                  f"({sum(s is None for s in said)} of {len(said)} episodes): {instructor.stats()}")
-            if strict or not any(t.strip() for t in said):   # not strict: only an all-silent turn fails
-                assert_spoke(list(said), turn, where)
+            assert_spoke(list(said), turn, where, strict)
             for i, (e, text) in enumerate(zip(episodes, said)):
                 e.instructor.append({"role": "assistant", "content": text})
                 e.transcript.append({"turn": turn, "role": "instructor", "text": text})

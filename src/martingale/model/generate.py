@@ -127,9 +127,10 @@ def greedy_token(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -
 
 def next_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """The next-token logits after each left-padded row, [B, V] in float32: ``generate``'s first
-    step (its prefill's last-position logits, position ids from the mask) as one forward pass, the
-    same logits to the bit (a one-token judge read pays generate's set-up per call otherwise)."""
-    position_ids = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 1)
+    step (its prefill's last-position logits, position ids from the mask as generate builds them)
+    as one forward pass, the same logits to the bit (a one-token judge read pays generate's set-up
+    per call otherwise)."""
+    position_ids = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)
     logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                    logits_to_keep=1, use_cache=False).logits[:, -1]
     return logits.float()

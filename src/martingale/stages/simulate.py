@@ -82,17 +82,19 @@ class Played:
     silent: list[bool] = field(default_factory=list)   # per episode: an utterance was empty (strict=False)
 
 
-def assert_spoke(texts: list[str], turn: int, where: str) -> None:
-    """Fail when any instructor utterance is empty or whitespace: a silent instructor is not an
-    instructor (the human would drift on its own and the episode would be read as influence)."""
+def assert_spoke(texts: list[str], turn: int, where: str, strict: bool = True) -> None:
+    """Fail when any instructor utterance of a turn is empty or whitespace (``strict``), or when
+    every one is (not strict: a policy exploring while it trains, or a measure that counts a rarer
+    silence): a silent instructor is not an instructor (the human would drift on its own and the
+    episode would be read as influence)."""
     silent = [i for i, t in enumerate(texts) if not t.strip()]
-    if silent:
+    if silent and (strict or len(silent) == len(texts)):
         raise StageError(f"{where}: the instructor said nothing (empty utterance) in {len(silent)} of "
                          f"{len(texts)} episodes at turn {turn} (assert_spoke; e.g. episode {silent[0]})")
 
 
-def check_spoken(played: list[Played], turns: int, floor: float) -> int:
-    """The empty utterances of ``played`` (a measure's episodes, each ``turns`` long), failing the
+def check_spoken(played: list[Played], floor: float) -> int:
+    """The empty utterances of ``played`` (a measure's episodes, every turn), failing the
     stage when the instructor spoke in fewer than ``floor`` (eval.min_parse_rate) of its turns, as
     the human's stated P is held to it. Returns how many were empty."""
     said = [u for p in played for episode in p.utterances for u in episode]
@@ -140,8 +142,7 @@ def play(human, instructor, world, episodes: list[Episode], sim: dict[str, Any],
             slots = [order(world, e, last[i], rngs[i]) for i, e in enumerate(episodes)]
             prompts = [ep_mod.instructor_prompt(world, e, s, last[i]) for i, (e, s) in enumerate(zip(episodes, slots))]
             batch = instructor.sample(prompts, 1, i_temp, base + TURN_SEED_STRIDE * turn + 1)
-            if strict or not any(t.strip() for t in batch.texts):   # not strict: only an all-silent turn fails
-                assert_spoke(batch.texts, turn, where)
+            assert_spoke(batch.texts, turn, where, strict)
             for i, (e, text) in enumerate(zip(episodes, batch.texts)):
                 clue = ep_mod.heard_clue(text, world.n_types)
                 if not text.strip():
@@ -271,8 +272,7 @@ def run(cfg: dict[str, Any], model: Path, human_model: Path, out_dir: Path) -> N
         if sim["negations"]:
             negated = play(human, instructor, world, ep_mod.negated(ep_mod.setup(world, questions, sim, seed)),
                            sim, cfg.get("prompts"), seed + NEGATION_OFFSET, strict=False)
-        silent = check_spoken([x for x in (played, negated) if x is not None], int(sim["turns"]),
-                              float(cfg["eval"]["min_parse_rate"]))
+        silent = check_spoken([x for x in (played, negated) if x is not None], float(cfg["eval"]["min_parse_rate"]))
         alone = instructor_alone(instructor, human, cfg, questions) if sim["mode"] != "none" else {}
     finally:
         for b in opened:
