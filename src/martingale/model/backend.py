@@ -63,7 +63,7 @@ class Backend(Protocol):
 
 
 BACKENDS: Registry = Registry("backend")
-HELPERS = ("api_client", "backend", "generate", "load", "tokenizer")   # modules here that register no backend
+HELPERS = ("api_client", "backend", "generate", "lean", "load", "tokenizer")   # modules here that register no backend
 def backends() -> dict[str, type]:
     """Every registered backend, after importing each backend module of this package (once)."""
     return BACKENDS.discover(__package__, [str(Path(__file__).parent)], HELPERS)

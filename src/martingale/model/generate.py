@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from .lean import Cache, Lean
+
 
 @dataclass
 class Batch:
@@ -51,11 +53,16 @@ def _sample(model, tokenizer, prompts: list[str], max_new_tokens: int, temperatu
     """Sample one completion per prompt (temperature 0 = greedy), seeded for determinism."""
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
     torch.manual_seed(seed)
-    kwargs = dict(do_sample=temperature > 0, max_new_tokens=max_new_tokens,
-                  pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-    if temperature > 0:
-        kwargs.update(temperature=float(temperature), top_k=0, top_p=1.0)
-    out = model.generate(**enc, **kwargs)
+    lean = Lean.of(model) if not _has_logits_processors(model, sampling=temperature > 0) else None
+    if lean is not None:    # generate's own loop and ops, without its per-step machinery (model/lean.py)
+        out = lean.sample(enc["input_ids"], enc["attention_mask"], max_new_tokens, float(temperature),
+                          tokenizer.pad_token_id, tokenizer.eos_token_id)
+    else:
+        kwargs = dict(do_sample=temperature > 0, max_new_tokens=max_new_tokens,
+                      pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+        if temperature > 0:
+            kwargs.update(temperature=float(temperature), top_k=0, top_p=1.0)
+        out = model.generate(**enc, **kwargs)
     prompt_len = enc["input_ids"].shape[1]
     completion = out[:, prompt_len:]
     # Everything after the first eos is padding.
@@ -81,15 +88,26 @@ def token_logprobs(model, batch: Batch, temperature: float = 1.0, completion_onl
     if completion_only:
         cols = batch.completion_mask.any(dim=0).nonzero()
         start = max(1, int(cols[0])) if len(cols) else ids.shape[1] - 1
-        logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids,
-                       logits_to_keep=ids.shape[1] - start + 1).logits[:, :-1]
+        logits = forward(model, ids, attn, position_ids, logits_to_keep=ids.shape[1] - start + 1)[:, :-1]
     else:
-        logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids).logits[:, :-1]
+        logits = forward(model, ids, attn, position_ids)[:, :-1]
     logits = logits.float() if temperature == 1.0 else logits.float() / float(temperature)
     logp = torch.log_softmax(logits, dim=-1)
     tok = logp.gather(-1, ids[:, start:, None]).squeeze(-1)
     tok = F.pad(tok, (start, 0))
     return tok * batch.completion_mask.to(model.device)
+
+
+def forward(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+            logits_to_keep: int = 0, use_cache: bool | None = None) -> torch.Tensor:
+    """``model(input_ids, attention_mask, position_ids, logits_to_keep, use_cache).logits``, through
+    the lean forward where it covers the model (model/lean.py: the same logits to the bit)."""
+    lean = Lean.of(model)
+    if lean is None:
+        return model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                     logits_to_keep=logits_to_keep, use_cache=use_cache).logits
+    use_cache = model.config.use_cache if use_cache is None else use_cache   # the forward's default
+    return lean.forward(input_ids, attention_mask, position_ids, Cache() if use_cache else None, logits_to_keep)
 
 
 def rows_of(batch: Batch, rows: list[int]) -> Batch:
@@ -131,9 +149,7 @@ def next_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) ->
     as one forward pass, the same logits to the bit (a one-token judge read pays generate's set-up
     per call otherwise)."""
     position_ids = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                   logits_to_keep=1, use_cache=False).logits[:, -1]
-    return logits.float()
+    return forward(model, input_ids, attention_mask, position_ids, logits_to_keep=1, use_cache=False)[:, -1].float()
 
 
 # Generation-config fields under which greedy ``generate`` changes the logits before its argmax.
@@ -143,12 +159,19 @@ _GREEDY_PROCESSORS = ("repetition_penalty", "encoder_repetition_penalty", "no_re
                       "watermarking_config")
 
 
-def _has_logits_processors(model) -> bool:
+# ... and those that change sampling's distribution besides (temperature, top_k and top_p are set by the call).
+_SAMPLING_PROCESSORS = ("top_h", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "guidance_scale",
+                        "renormalize_logits")
+
+
+def _has_logits_processors(model, sampling: bool = False) -> bool:
     """Whether the model's generation config sets any of ``_GREEDY_PROCESSORS`` (a real model's
-    generation_config.json may): then a one-token read goes through ``generate`` itself."""
+    generation_config.json may; ``sampling``: or of ``_SAMPLING_PROCESSORS``): then a one-token read
+    or a sample goes through ``generate`` itself."""
     cfg = getattr(model, "generation_config", None)
-    return cfg is not None and any(getattr(cfg, name, None) not in (None, 0, 1.0, [], {})
-                                   for name in _GREEDY_PROCESSORS)
+    names = _GREEDY_PROCESSORS + (_SAMPLING_PROCESSORS if sampling else ())
+    return cfg is not None and any(getattr(cfg, name, None) not in (None, 0, 1.0, [], {}, False)
+                                   for name in names)
 
 
 @torch.no_grad()
@@ -170,8 +193,8 @@ def next_token_logprobs(model, tokenizer, texts: list[str], top: int, batch_size
             input_ids[row, width - len(ids[i]):] = torch.tensor(ids[i], dtype=torch.long)
             attn[row, width - len(ids[i]):] = 1
         position_ids = (attn.cumsum(dim=1) - 1).clamp(min=0)
-        logits = model(input_ids=input_ids.to(model.device), attention_mask=attn.to(model.device),
-                       position_ids=position_ids.to(model.device), logits_to_keep=1).logits[:, -1]
+        logits = forward(model, input_ids.to(model.device), attn.to(model.device), position_ids.to(model.device),
+                         logits_to_keep=1)[:, -1]
         logp = torch.log_softmax(logits.float(), dim=-1)
         values, tokens = logp.topk(top, dim=-1)
         for row, i in enumerate(idx):
