@@ -85,3 +85,30 @@ def test_building_a_child_writes_its_parents_results_and_the_table_shows_both_do
     out = res.stdout + res.stderr
     assert "wildcards: run=base-trace" in out and "wildcards: run=base\n" in out
     assert re.search(r"^evaluate\s+1$", out, re.M), out[-2000:]
+
+
+def _aggregate_inputs(root: Path, run: str) -> list[str]:
+    """The inputs `snakemake -n all` gives the run's aggregate job."""
+    res = subprocess.run([SNAKEMAKE, "-n", "--cores", "1", "all"], cwd=root, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    for block in re.split(r"^\[.*\]$", res.stdout + res.stderr, flags=re.M):   # one job per [date] header
+        if "rule aggregate:" in block and re.search(rf"wildcards: run={re.escape(run)}$", block, re.M):
+            return sorted(re.search(r"^\s*input: (.*)$", block, re.M).group(1).split(", "))
+    raise AssertionError(f"no aggregate job for {run}")
+
+
+def test_an_all_builds_aggregates_do_not_depend_on_what_the_store_holds(tmp_path):
+    """`all` builds every run itself: an aggregate's inputs are the same whether the store is empty
+    or full, so a finished campaign's next build reruns no aggregate (an ancestor's eval.json as an
+    input only once the store held the ancestor's evals made 54 aggregates of the campaign stale)."""
+    root = make_project(tmp_path / "proj")
+    run = "twostage-v2-D-snap"       # its ancestor D-snap needs D's evals: not in its own build
+    empty = _aggregate_inputs(root, run)
+    plan = Plan.load(root)
+    assert "D-snap" not in ancestors_to_aggregate(plan, run, lambda sid: False)
+    assert "D-snap" in ancestors_to_aggregate(plan, run, lambda sid: True)
+    for sid in plan.stages:          # every stage finished, as after a campaign
+        marker = root / "results" / "_store" / plan.stages[sid].kind / sid / "MANIFEST.json"
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text("{}")
+    assert _aggregate_inputs(root, run) == empty

@@ -257,6 +257,8 @@ class Plan:
         self._runs_info: dict[str, dict] = {}  # run id -> model, start, stage chain, seeds, hash
         self._chain_lengths: Optional[dict[str, int]] = None
         self._kind_resources: Optional[dict[str, dict[str, Any]]] = None
+        self._identity: dict[str, dict] = {}          # run id -> run_identity of its config (the aggregate's param)
+        self._stage_needs: dict[str, set[Need]] = {}   # stage id -> its needs, found once (a stage is in many chains)
         for run_id in tree.ids():
             self._plan_run(run_id)
 
@@ -318,7 +320,7 @@ class Plan:
         self._runs_info[run_id] = {
             "model": model.get("name"), "start": cfg["start"], "elicit": cfg["elicit"].get("mode"),
             "stage_chain": steps, "seeds": [int(s) for s in cfg["seeds"]],
-            "config_hash": config_hash(cfg), "wandb": dict(cfg.get("wandb") or {}),
+            "config_hash": "sha256:" + sha256_json(self.run_identity(run_id)), "wandb": dict(cfg.get("wandb") or {}),
             "needs": [n.tag for n in self.run_needs(run_id)],
         }
 
@@ -332,9 +334,14 @@ class Plan:
 
     def run_needs(self, run_id: str) -> list[Need]:
         """What the run's stages need from the machine (martingale.needs), sorted."""
-        every = kinds()
-        return sorted({n for sid in self._chains[run_id] for n in
-                       stage_needs(every[self.stages[sid].kind], self.stages[sid].cfg, self.stages[sid].resources)})
+        return sorted({n for sid in self._chains[run_id] for n in self._needs_of(sid)})
+
+    def _needs_of(self, sid: str) -> set[Need]:
+        """What one stage needs (martingale.needs.stage_needs), computed once per stage."""
+        if sid not in self._stage_needs:
+            st = self.stages[sid]
+            self._stage_needs[sid] = stage_needs(kinds()[st.kind], st.cfg, st.resources)
+        return self._stage_needs[sid]
 
     def buildable_run_ids(self, cluster: bool = False) -> tuple[list[str], dict[str, list[Need]]]:
         """The active runs whose needs this machine meets, and the others with what they lack:
@@ -392,6 +399,13 @@ class Plan:
 
     def resolved_config(self, run_id: str) -> dict:
         return self.tree.resolved_config(run_id)
+
+    def run_identity(self, run_id: str) -> dict:
+        """run_identity of the run's resolved config, computed once (read-only: it shares the
+        tree's cached config; resolved_config gives a copy to modify)."""
+        if run_id not in self._identity:
+            self._identity[run_id] = run_identity(self.tree.resolve(run_id))
+        return self._identity[run_id]
 
     def lineage(self, run_id: str) -> list[dict]:
         return [{"run_id": s.run_id, "parent": s.parent, "knob": s.knob} for s in self.tree.lineage(run_id)]

@@ -8,7 +8,7 @@ from pathlib import Path
 from martingale import cost, warm
 from martingale.config.runs import RUN_ID_PATTERN, RunError
 from martingale.manifest import MANIFEST
-from martingale.plan import Plan, run_identity
+from martingale.plan import Plan
 from martingale.store import ID_PATTERN, STORE, stage_dir
 from martingale.stages import kinds
 from snakemake.common import overwrite_function_params
@@ -171,18 +171,22 @@ def built_now(sid):
 
 @per_job
 def ancestor_results(wildcards):
-    """The eval.json of each ancestor this build can aggregate for free (cost.ancestors_to_aggregate:
-    its evals and its parent's are in this build or already built), so building a child leaves no
-    built ancestor `queued`. Not ancient(): Snakemake 9.27 then drops the requested run's own jobs
-    from the DAG whenever the ancestor's aggregate must rerun (a rerun ancestor reruns the child's
-    aggregate, seconds, instead)."""
+    """For a run named on the command line, the eval.json of each ancestor this build can aggregate
+    for free (cost.ancestors_to_aggregate: its evals and its parent's are in this build or already
+    built), so building a child leaves no built ancestor `queued`. None for `all`, which builds
+    every run itself: an input set that depends on the store would change once the store is full,
+    and a finished campaign's next build would rerun every aggregate whose ancestors landed after
+    it. Not ancient(): Snakemake 9.27 then drops the requested run's own jobs from the DAG whenever
+    the ancestor's aggregate must rerun (a rerun ancestor reruns the child's aggregate, seconds)."""
+    if wildcards.run not in named_runs():
+        return []
     return [f"results/{a}/eval.json" for a in cost.ancestors_to_aggregate(PLAN, wildcards.run, built_now)]
 
 
 @per_job
 def run_config(wildcards):
     """The run's resolved config (its config.yaml), without the build's budget (plan.run_identity)."""
-    return run_identity(PLAN.resolved_config(wildcards.run))
+    return PLAN.run_identity(wildcards.run)
 
 
 @per_job
@@ -214,13 +218,22 @@ def run_files(wildcards):
     return sorted(str(s.path.relative_to(ROOT)) for s in PLAN.tree.specs.values())
 
 
+@functools.cache
+def named_runs():
+    """Runs whose results/<run>/eval.json is named on the command line (none for `all`)."""
+    targets = set(workflow.dag_settings.targets or ()) if workflow.dag_settings else set()
+    if not targets or "all" in targets:
+        return frozenset()
+    return frozenset(run for run in PLAN.run_ids() if f"results/{run}/eval.json" in targets)
+
+
 def requested_runs():
     """Runs whose eval.json this invocation builds: every buildable run for `all` (the default
-    target), else the runs whose results/<run>/eval.json is named on the command line."""
+    target), else the runs named on the command line."""
     targets = set(workflow.dag_settings.targets or ()) if workflow.dag_settings else set()
     if not targets or "all" in targets:
         return set(buildable_runs())
-    return {run for run in PLAN.run_ids() if f"results/{run}/eval.json" in targets}
+    return set(named_runs())
 
 
 @per_job

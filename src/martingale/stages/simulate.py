@@ -21,6 +21,7 @@ speaks exactly as its untrained start fails too (its adapter was not applied).
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Optional
@@ -305,16 +306,23 @@ def write_episodes(cfg: dict[str, Any], rows: list[dict[str, Any]], seed: int, e
 
 # ------------------------------------------------------------------ chat episodes (episodes/chat.py)
 def role_model(cfg: dict[str, Any], role: str) -> dict[str, Any]:
-    """A role's model config: the run's ``model`` with ``simulate.<role>_model``'s keys changed."""
+    """A role's model config: the run's ``model`` with ``simulate.<role>_model``'s keys changed
+    (nested sections merged key by key, as OmegaConf.merge does; both are composed already)."""
     from dataclasses import asdict
-
-    from omegaconf import OmegaConf
 
     from ..model.api_client import ApiModelConfig
     over = cfg["simulate"].get(f"{role}_model")
     base = {"api": asdict(ApiModelConfig()), **cfg["model"]}   # a stage's slice holds model.api only where used
-    merged = OmegaConf.to_container(OmegaConf.merge(base, over or {}), resolve=True)
-    return {**merged, "_where": f"simulate.{role}_model.api"}
+    return {**_merged(base, over or {}), "_where": f"simulate.{role}_model.api"}
+
+
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over``'s keys: mappings in both merged recursively, anything else replaced."""
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        both = isinstance(out.get(key), dict) and isinstance(value, dict)
+        out[key] = _merged(out[key], value) if both else copy.deepcopy(value)
+    return out
 
 
 def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
