@@ -87,9 +87,9 @@ def test_building_a_child_writes_its_parents_results_and_the_table_shows_both_do
     assert re.search(r"^evaluate\s+1$", out, re.M), out[-2000:]
 
 
-def _aggregate_inputs(root: Path, run: str) -> list[str]:
-    """The inputs `snakemake -n all` gives the run's aggregate job."""
-    res = subprocess.run([SNAKEMAKE, "-n", "--cores", "1", "all"], cwd=root, capture_output=True, text=True)
+def _aggregate_inputs(root: Path, run: str, target: str = "all") -> list[str]:
+    """The inputs `snakemake -n <target>` gives the run's aggregate job."""
+    res = subprocess.run([SNAKEMAKE, "-n", "--cores", "1", target], cwd=root, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]
     for block in re.split(r"^\[.*\]$", res.stdout + res.stderr, flags=re.M):   # one job per [date] header
         if "rule aggregate:" in block and re.search(rf"wildcards: run={re.escape(run)}$", block, re.M):
@@ -97,18 +97,21 @@ def _aggregate_inputs(root: Path, run: str) -> list[str]:
     raise AssertionError(f"no aggregate job for {run}")
 
 
-def test_an_all_builds_aggregates_do_not_depend_on_what_the_store_holds(tmp_path):
-    """`all` builds every run itself: an aggregate's inputs are the same whether the store is empty
-    or full, so a finished campaign's next build reruns no aggregate (an ancestor's eval.json as an
-    input only once the store held the ancestor's evals made 54 aggregates of the campaign stale)."""
+def test_an_aggregates_inputs_do_not_depend_on_the_store_or_the_command_line(tmp_path):
+    """An aggregate's inputs come from the plan alone: the same with an empty store and a full one,
+    for `all` and for the run named, so no build leaves another's aggregates stale (an ancestor's
+    eval.json as an input once the store held its evals made 54 aggregates of a finished campaign
+    stale, and a run named on the command line made `snakemake runs.json` rerun its aggregate)."""
     root = make_project(tmp_path / "proj")
     run = "twostage-v2-D-snap"       # its ancestor D-snap needs D's evals: not in its own build
     empty = _aggregate_inputs(root, run)
+    assert _aggregate_inputs(root, run, f"results/{run}/eval.json") == empty
+    assert "results/twostage-v2-D-snap-s1/eval.json" in empty and "results/D-snap/eval.json" not in empty
     plan = Plan.load(root)
-    assert "D-snap" not in ancestors_to_aggregate(plan, run, lambda sid: False)
     assert "D-snap" in ancestors_to_aggregate(plan, run, lambda sid: True)
     for sid in plan.stages:          # every stage finished, as after a campaign
         marker = root / "results" / "_store" / plan.stages[sid].kind / sid / "MANIFEST.json"
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text("{}")
     assert _aggregate_inputs(root, run) == empty
+    assert _aggregate_inputs(root, run, f"results/{run}/eval.json") == empty

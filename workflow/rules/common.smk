@@ -159,28 +159,23 @@ def natural_eval_dirs(wildcards):
     return [stage_output(e["eval_stage"]) for e in natural_evals(wildcards)]
 
 
-_BUILT = {}
-
-
-def built_now(sid):
-    """The stage's folder has its manifest (looked up once per parse: the DAG sees one store)."""
-    if sid not in _BUILT:
-        _BUILT[sid] = cost.is_built(ROOT, sid)
-    return _BUILT[sid]
+@functools.cache
+def free_ancestors(run):
+    """The ancestors the run's build aggregates for free (cost.ancestors_to_aggregate): those whose
+    evals, their parent's and everything upstream are stages of the run's own build. From the plan
+    alone, never from what the store holds or what the command line names: an aggregate's input set
+    that changed with either made aggregates stale in the next build (a finished campaign's
+    `snakemake all` planned 54 of them again)."""
+    return tuple(cost.ancestors_to_aggregate(PLAN, run, lambda sid: False))
 
 
 @per_job
 def ancestor_results(wildcards):
-    """For a run named on the command line, the eval.json of each ancestor this build can aggregate
-    for free (cost.ancestors_to_aggregate: its evals and its parent's are in this build or already
-    built), so building a child leaves no built ancestor `queued`. None for `all`, which builds
-    every run itself: an input set that depends on the store would change once the store is full,
-    and a finished campaign's next build would rerun every aggregate whose ancestors landed after
-    it. Not ancient(): Snakemake 9.27 then drops the requested run's own jobs from the DAG whenever
-    the ancestor's aggregate must rerun (a rerun ancestor reruns the child's aggregate, seconds)."""
-    if wildcards.run not in named_runs():
-        return []
-    return [f"results/{a}/eval.json" for a in cost.ancestors_to_aggregate(PLAN, wildcards.run, built_now)]
+    """The eval.json of each ancestor the run's build aggregates for free (free_ancestors), so
+    building a child leaves no such ancestor `queued`. Not ancient(): Snakemake 9.27 then drops the
+    requested run's own jobs from the DAG whenever the ancestor's aggregate must rerun (a rerun
+    ancestor reruns the child's aggregate, seconds)."""
+    return [f"results/{a}/eval.json" for a in free_ancestors(wildcards.run)]
 
 
 @per_job
@@ -218,22 +213,13 @@ def run_files(wildcards):
     return sorted(str(s.path.relative_to(ROOT)) for s in PLAN.tree.specs.values())
 
 
-@functools.cache
-def named_runs():
-    """Runs whose results/<run>/eval.json is named on the command line (none for `all`)."""
-    targets = set(workflow.dag_settings.targets or ()) if workflow.dag_settings else set()
-    if not targets or "all" in targets:
-        return frozenset()
-    return frozenset(run for run in PLAN.run_ids() if f"results/{run}/eval.json" in targets)
-
-
 def requested_runs():
     """Runs whose eval.json this invocation builds: every buildable run for `all` (the default
-    target), else the runs named on the command line."""
+    target), else the runs whose results/<run>/eval.json is named on the command line."""
     targets = set(workflow.dag_settings.targets or ()) if workflow.dag_settings else set()
     if not targets or "all" in targets:
         return set(buildable_runs())
-    return set(named_runs())
+    return {run for run in PLAN.run_ids() if f"results/{run}/eval.json" in targets}
 
 
 @per_job
@@ -245,7 +231,7 @@ def table_inputs(wildcards):
     The ancestors a requested run aggregates (ancestor_results) count as built by this invocation.
     conf/findings.yaml, when present, is read for FINDINGS.md."""
     building = requested_runs()
-    building |= {a for run in building for a in cost.ancestors_to_aggregate(PLAN, run, built_now)}
+    building |= {a for run in building for a in free_ancestors(run)}
     evals = [f"results/{run}/eval.json" for run in sorted(PLAN.tree.specs)
              if run in building or (ROOT / f"results/{run}/eval.json").exists()]
     findings = ["conf/findings.yaml"] if (ROOT / "conf/findings.yaml").exists() else []
