@@ -16,7 +16,7 @@
   the Snakefile's ``onstart`` estimates the jobs Snakemake is about to run and stops, in one line
   (``over_budget``), unless ``--config allow_over_budget=1``.
 - **Ancestors.** Building a run also aggregates each (valid) ancestor whose aggregate needs no
-  stage beyond what this build runs or the store holds (``ancestors_to_aggregate``).
+  stage beyond the run's own build (``ancestors_to_aggregate``: from the plan alone).
 
 Reads only: no numerics library (the Snakefile imports this module at parse time).
 """
@@ -73,11 +73,12 @@ def upstream(plan: Plan, sids: Iterable[str]) -> set[str]:
     return seen
 
 
-def ancestors_to_aggregate(plan: Plan, run: str, built: Callable[[str], bool]) -> list[str]:
-    """The run's ancestors (parent first) whose aggregate building the run can make for free: a
-    valid ancestor whose evals, its parent's evals and everything upstream of them are in this
-    run's build (``build_stages``) or already built. An ancestor whose aggregate would need another
-    model stage or eval (e.g. its parent trained a stage no one built yet) is left out."""
+def ancestors_to_aggregate(plan: Plan, run: str) -> list[str]:
+    """The run's ancestors (parent first) whose aggregate building the run makes for free: a valid
+    ancestor whose evals, its parent's evals and everything upstream of them are stages of this
+    run's build (``build_stages``). An ancestor whose aggregate would need another model stage or
+    eval (e.g. its parent trained a stage this run does not) is left out. From the plan alone, not
+    the store: an aggregate's input set that changed with the store made aggregates stale."""
     covered = set(build_stages(plan, [run]))
     out = []
     for spec in reversed(plan.tree.lineage(run)[:-1]):
@@ -87,7 +88,7 @@ def ancestors_to_aggregate(plan: Plan, run: str, built: Callable[[str], bool]) -
         needed += [e["eval_stage"] for e in plan.natural_evals(spec.run_id)]
         if spec.parent is not None:
             needed += [r.eval_stage for r in plan.run_stages(spec.parent)]
-        if all(sid in covered or built(sid) for sid in upstream(plan, needed)):
+        if all(sid in covered for sid in upstream(plan, needed)):
             out.append(spec.run_id)
     return out
 

@@ -166,7 +166,7 @@ def free_ancestors(run):
     alone, never from what the store holds or what the command line names: an aggregate's input set
     that changed with either made aggregates stale in the next build (a finished campaign's
     `snakemake all` planned 54 of them again)."""
-    return tuple(cost.ancestors_to_aggregate(PLAN, run, lambda sid: False))
+    return tuple(cost.ancestors_to_aggregate(PLAN, run))
 
 
 @per_job
