@@ -3,7 +3,8 @@
 #
 #   cluster/slurm.sh up   <statedir>   munge, MariaDB, slurmdbd, slurmctld, slurmd; waits until the
 #                                      node is idle and sacct answers; prints the bring-up time
-#   cluster/slurm.sh down <statedir>   cancels jobs, stops every daemon by the PID in its pid file
+#   cluster/slurm.sh down <statedir>   cancels jobs, kills any job process left, stops every
+#                                      daemon by the PID in its pid file
 #   cluster/slurm.sh status <statedir> which daemons of the statedir are alive
 #
 # Needs root and Debian's slurm-wlm, slurmdbd, munge and mariadb-server (22.05 / 10.11 tested).
@@ -40,6 +41,16 @@ alive_pid() {
     [[ -s "$f" ]] || return 1
     pid="$(tr -dc 0-9 <"$f")"
     [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null && echo "$pid"
+}
+
+# Processes of this cluster's jobs: SLURM_CONF ours and a SLURM_JOB_ID in their environment.
+job_pids() {
+    local f pid
+    for f in $(grep -lzx "SLURM_CONF=$STATE/etc/slurm.conf" /proc/[0-9]*/environ 2>/dev/null || true); do
+        pid="${f#/proc/}"; pid="${pid%/environ}"
+        grep -qz "^SLURM_JOB_ID=" "$f" 2>/dev/null && echo "$pid"
+    done
+    return 0
 }
 
 # Wait until "$@" succeeds (quietly), or die naming what did not come up and its log.
@@ -228,6 +239,14 @@ cmd_down() {
             [[ -z "$(squeue -h -t PD,R,CG,S -o %i 2>/dev/null)" ]] && break
             sleep 0.2
         done
+    fi
+    # A job process can outlive its job: a cancelled step's Snakemake caught SIGTERM, hung in its
+    # shutdown, and slept on with PPID 1 after slurmstepd had gone (seen twice in the test suite).
+    local stray
+    stray="$(job_pids | tr '\n' ' ')"
+    if [[ -n "${stray// /}" ]]; then
+        log "down: killing job processes that outlived their jobs: $stray"
+        kill -KILL $stray 2>/dev/null || true
     fi
     local i
     for ((i = ${#DAEMONS[@]} - 1; i >= 0; i--)); do stop_daemon "${DAEMONS[i]}"; done

@@ -91,9 +91,25 @@ def cluster(tmp_path_factory):
         down = subprocess.run(["bash", str(SLURM_SH), "down", str(state)], capture_output=True, text=True,
                               timeout=120)
         alive = [p for p in pids if _alive(p)]
-        print(f"\n[slurm] timings: {json.dumps(TIMINGS)}")
+        print(f"\n[slurm] timings: {json.dumps(TIMINGS)}\n{down.stderr.strip()}")
         assert down.returncode == 0, down.stderr[-3000:]
         assert not alive, f"daemons still running after down: {alive}"
+        left = _job_processes(state)
+        assert not left, f"job processes still running after down: {left}"
+
+
+def _job_processes(state: Path) -> list[str]:
+    """Processes of the cluster's jobs (its SLURM_CONF and a SLURM_JOB_ID in their environment)."""
+    conf, found = f"SLURM_CONF={state / 'etc' / 'slurm.conf'}".encode(), []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            env = environ.read_bytes().split(b"\0")
+            cmd = (environ.parent / "cmdline").read_bytes().replace(b"\0", b" ")[:120].decode(errors="replace")
+        except OSError:   # gone, or not ours to read
+            continue
+        if conf in env and any(v.startswith(b"SLURM_JOB_ID=") for v in env):
+            found.append(f"{environ.parent.name} {cmd}")
+    return found
 
 
 def _alive(pid: int) -> bool:
