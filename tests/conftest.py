@@ -1,5 +1,5 @@
 """Shared fixtures: default configs and an untrained tiny model saved the way stages save one; under
-pytest-xdist, one CPU thread a worker and the longest modules first."""
+pytest-xdist, one CPU thread a worker."""
 import os
 from pathlib import Path
 
@@ -15,34 +15,10 @@ def pytest_configure(config):
     """A pytest-xdist worker (`make test` runs two, `-n 2`) computes on one thread, as a Snakemake job
     given one does: two workers each starting a thread per core fight over the cores (OpenMP threads
     spin while they wait). The suite on 2 cores: 32.4 min in one process, 28.6 with two workers of
-    2 threads, 23.8 with two of one. Jobs and servers the tests start set their own counts."""
+    2 threads, 23.8 and 28.5 with two of one. Jobs and servers the tests start set their own counts."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         from martingale.threads import use_threads
         use_threads(1)
-
-
-# The longest modules, longest first: seconds of test time under `make test` on 2 cores (2026-12-03).
-LONGEST = {"test_chat_episodes": 630, "test_slurm_cluster": 550, "test_vllm_end_to_end": 340,
-           "test_smollm2_train": 340, "test_smollm2_vllm": 245, "test_end_to_end": 195,
-           "test_simulate": 110, "test_crash_table": 90, "test_cost": 85, "test_ancestors": 65}
-
-
-def pytest_collection_modifyitems(items):
-    """Modules longest first, each kept whole and in its own order: LONGEST as measured, then those
-    that start real parts (vLLM, SmolLM2, SLURM, a browser), then those with slow tests, then the
-    rest. `make test`'s two workers take a module at a time in this order (`--dist loadfile
-    --no-loadscope-reorder`; xdist's own order, most tests first, left the SLURM and SmolLM2 modules
-    last on one worker while the other idled: 28.5 min against 23.8), so the quick ones fill the gaps."""
-    def weight(item) -> tuple[int, int]:
-        name = item.module.__name__
-        if name in LONGEST:
-            return 0, -LONGEST[name]
-        return 1 if item.get_closest_marker("real") else 2 if item.get_closest_marker("slow") else 3, 0
-    first: dict[str, tuple[int, int]] = {}
-    for item in items:
-        name = item.module.__name__
-        first[name] = min(first.get(name, (3, 0)), weight(item))
-    items.sort(key=lambda item: first[item.module.__name__])
 
 
 @pytest.hookimpl(tryfirst=True)
