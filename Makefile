@@ -10,8 +10,10 @@ CORES ?= 2
 # The project into .venv with uv (parallel downloads, installs and bytecode compiles: ~1 min 15 s
 # here against pip's ~2 min 20 s), taking wheels from the directories pip is configured to find
 # links in (this machine's CPU torch: without them uv would resolve torch==2.13.0 to PyPI's CUDA
-# build); pip if uv fails. Compiled at install: where PYTHONDONTWRITEBYTECODE is set (this
-# machine), nothing else would, and every job would compile torch and transformers again (~35 s).
+# build); pip if uv fails. Compiled at install, the project's own src/ too: where
+# PYTHONDONTWRITEBYTECODE is set (this machine), nothing else would, and every job would compile
+# torch and transformers again (~35 s), every Snakemake call and job our modules (~0.1 s; an
+# edited module is compiled in memory again: Python checks each .pyc against its source).
 UV       ?= uv==0.13.9
 PIP_LINKS = $(foreach d,$(sort $(PIP_FIND_LINKS) $(shell $(PY) -m pip config get global.find-links 2>/dev/null)),$(if $(wildcard $(d)),--find-links $(d)))
 
@@ -20,6 +22,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q '$(UV)'
 	$(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python $(PIP_LINKS) -e '.[test]' \
 	  || $(BIN)/pip install -q -e '.[test]'
+	$(BIN)/python -m compileall -q src
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -1,6 +1,7 @@
-"""Hydra-composed bases, and the validated configs of the run tree, are cached on disk by content: a
-fresh process plans without composing, and any change to what they follow from (a conf/ file, a
-run's knob, the schema, the code) composes again."""
+"""Hydra-composed bases, the validated configs of the run tree and the plan are cached on disk by
+content: a fresh process plans without composing or planning, and any change to what they follow
+from (a conf/ file, a run's knob, an environment variable conf/ reads, the schema, the code)
+composes or plans again."""
 from __future__ import annotations
 
 import shutil
@@ -9,7 +10,7 @@ import pytest
 
 from martingale.config import compose, runs
 from martingale.config.runs import RunError, RunTree
-from martingale.plan import Plan
+from martingale.plan import PLAN_CACHE, Plan
 
 from projcopy import REPO, proj, write_run  # noqa: F401 (proj: fixture)
 
@@ -51,7 +52,8 @@ def test_an_edited_group_file_is_composed_again_and_its_edit_is_seen(proj, fresh
 
 def test_a_schema_change_is_composed_again(proj, fresh_process, monkeypatch):
     Plan.load(proj)
-    shutil.rmtree(proj / runs.RESOLVED_CACHE)   # the run configs' cache: keyed by the code (below)
+    shutil.rmtree(proj / runs.RESOLVED_CACHE)   # the run configs' and the plan's caches: keyed by the code (below)
+    shutil.rmtree(proj / PLAN_CACHE)
     fresh_process.clear()
     monkeypatch.setattr(compose, "_BASES", {})
     monkeypatch.setattr(compose, "_store_digest", lambda: "another schema")
@@ -64,6 +66,7 @@ def test_a_corrupt_cache_file_is_composed_again(proj, fresh_process, monkeypatch
     for f in (proj / ".cache" / "compose").glob("*.pkl"):
         f.write_bytes(b"not a pickle")
     shutil.rmtree(proj / runs.RESOLVED_CACHE)
+    shutil.rmtree(proj / PLAN_CACHE)
     fresh_process.clear()
     monkeypatch.setattr(compose, "_BASES", {})
     assert Plan.load(proj).stages
@@ -108,3 +111,53 @@ def test_a_questions_file_gone_after_caching_is_still_refused(proj):
     questions.unlink()
     with pytest.raises(RunError, match=r"asked\.yaml: world\.questions_file: .*not found"):
         RunTree.load(proj / "conf")
+
+
+# ------------------------------------------------------------------ the plan itself (plan.PLAN_CACHE)
+def test_a_second_process_loads_the_plan_without_planning_a_run(proj, monkeypatch):
+    first = Plan.load(proj)
+    assert list((proj / PLAN_CACHE).glob("*.pkl"))
+
+    def planned(self, run_id):
+        raise AssertionError(f"planned {run_id} again")
+    monkeypatch.setattr(Plan, "_plan_run", planned)
+    second = Plan.load(proj)
+    assert second.tree._composer is None
+    assert {s: (st.kind, st.cfg, st.inputs) for s, st in second.stages.items()} == \
+           {s: (st.kind, st.cfg, st.inputs) for s, st in first.stages.items()}
+    assert [second.run_stages(r) for r in second.tree.ids()] == [first.run_stages(r) for r in first.tree.ids()]
+
+
+def test_a_new_run_file_is_planned(proj):
+    before = Plan.load(proj)
+    write_run(proj, "A-on-D-lr.yaml", "parent: A-on-D\nknob: stages.s1.lr=2.0e-4\n")
+    after = Plan.load(proj)
+    assert "A-on-D-lr" in after.tree and "A-on-D-lr" not in before.tree
+    assert set(after.stages) > set(before.stages)
+
+
+def test_a_corrupt_plan_cache_is_planned_again(proj):
+    first = Plan.load(proj)
+    for f in (proj / PLAN_CACHE).glob("*.pkl"):
+        f.write_bytes(b"not a pickle")
+    assert set(Plan.load(proj).stages) == set(first.stages)
+
+
+def test_a_changed_environment_variable_a_config_reads_resolves_again(proj, monkeypatch):
+    """conf/model/llama31_8b.yaml's path is ${oc.env:MARTINGALE_WEIGHTS,models}/...: neither the
+    cached run configs nor the cached plan may keep the path of the value they were made under."""
+    write_run(proj, "big.yaml", "parent: base\nknob: model=llama31_8b\n")
+    monkeypatch.setenv("MARTINGALE_WEIGHTS", "/weights/a")
+    assert Plan.load(proj).tree.resolve("big")["model"]["path"] == "/weights/a/Llama-3.1-8B-Instruct"
+    monkeypatch.setenv("MARTINGALE_WEIGHTS", "/weights/b")
+    assert RunTree.load(proj / "conf").resolve("big")["model"]["path"] == "/weights/b/Llama-3.1-8B-Instruct"
+    assert Plan.load(proj).tree.resolve("big")["model"]["path"] == "/weights/b/Llama-3.1-8B-Instruct"
+
+
+def test_a_code_change_plans_again(proj, monkeypatch):
+    from martingale.config import digest
+    Plan.load(proj)
+    monkeypatch.setattr(digest, "code_digest", lambda: "another version of the code")
+    monkeypatch.setattr(Plan, "_plan_run", lambda self, run_id: (_ for _ in ()).throw(RuntimeError("planned")))
+    with pytest.raises(RuntimeError, match="planned"):
+        Plan.load(proj)

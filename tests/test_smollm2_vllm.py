@@ -18,6 +18,9 @@ PROMPTS_YAML = REPO / "conf" / "prompts" / "log.yaml"
 QUESTIONS = REPO / "data" / "questions" / "forecastbench-2024-07-21-sample.jsonl"
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 PROMPT_TOKENS = 256   # each background is cut (by words) to fit: ~250 tokens a prompt (mean 246, 125-435)
+# The crash is in prefill: with chunked prefill on, 16 new tokens a prompt kill the engine as 64 do
+# (measured: "CPU Generator does not use offset" within 11 s); with it off, 36 x 16 come back.
+NEW_TOKENS = 16
 
 pytestmark = [
     pytest.mark.slow,
@@ -64,12 +67,12 @@ def test_concurrent_seeded_long_prompts_all_come_back(smollm2):
     backend, prompts = smollm2
     lengths = [len(ids) for ids in backend._ids(prompts)]
     assert len(prompts) == 36 and min(lengths) > 100 and sum(lengths) / len(lengths) > 200, lengths
-    a = backend.sample(prompts, 64, 0.7, seed=1)
+    a = backend.sample(prompts, NEW_TOKENS, 0.7, seed=1)
     n_tokens = a.completion_mask.sum(dim=1).tolist()
     assert len(a.texts) == 36 and min(n_tokens) >= 1
     assert all(t.strip() for t in a.texts), [i for i, t in enumerate(a.texts) if not t.strip()]
     backend.server.check_alive()
-    b = backend.sample(prompts, 64, 0.7, seed=1)
+    b = backend.sample(prompts, NEW_TOKENS, 0.7, seed=1)
     assert b.texts == a.texts            # seeded per prompt: the same draws, whatever the batching
     backend.server.check_alive()
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Optional
 
+from .config.checks import QUESTIONS_CHECKED
 from .config.runs import RunTree
 from .config.schema import declared_sections
 from .io import canonical_json, write_text_if_changed
@@ -259,14 +260,27 @@ class Plan:
         self._kind_resources: Optional[dict[str, dict[str, Any]]] = None
         self._identity: dict[str, dict] = {}          # run id -> run_identity of its config (the aggregate's param)
         self._stage_needs: dict[str, set[Need]] = {}   # stage id -> its needs, found once (a stage is in many chains)
+        self._questions_checked: dict[tuple, Optional[str]] = {}   # checks.QUESTIONS_CHECKED, when cached
         for run_id in tree.ids():
             self._plan_run(run_id)
 
     @classmethod
     def load(cls, root: Path | str = ".") -> "Plan":
-        """Validate conf/runs under root (composing every run once) and plan every run."""
+        """Validate conf/runs under root (composing every run once) and plan every run.
+
+        The plan is cached on disk (``.cache/plan/``) by all it follows from (plan_cache_path):
+        a fresh process with nothing changed (every `snakemake` call) unpickles it instead of
+        reading, composing and planning each run, and re-checks only the questions files."""
         root = Path(root)
-        return cls(RunTree.load(root / "conf"), root)
+        path = plan_cache_path(root)
+        plan = _read_plan(path)
+        if plan is not None:
+            QUESTIONS_CHECKED.update(plan._questions_checked)
+            plan.tree.check_questions()
+            return plan
+        plan = cls(RunTree.load(root / "conf"), root)
+        _write_plan(path, plan)
+        return plan
 
     # ---------------------------------------------------------------- building
     def _add(self, kind: StageKind, cfg: dict, inputs: dict[str, str], label: str,
@@ -496,6 +510,53 @@ def run_identity(cfg: dict) -> dict:
         out["simulate"] = {k: v for k, v in out["simulate"].items()
                            if not (k in ("human_model", "instructor_model") and v is None)}
     return out
+
+
+PLAN_CACHE = Path(".cache") / "plan"
+PLANS_KEPT = 4   # the newest cached plans kept: a conf/ edit and back plans nothing
+
+
+def plan_cache_path(root: Path) -> Path:
+    """The cached plan's file: keyed by every file under conf/ (run files included, as bytes), the
+    environment variables they read, the package's code, Hydra's and OmegaConf's versions and the
+    root as given and resolved (the plan holds its paths)."""
+    from importlib.metadata import version
+
+    from .config.digest import code_digest, env_digest
+    conf = root / "conf"
+    key = json.dumps([conf_hash(conf), env_digest(conf), code_digest(), version("hydra-core"),
+                      version("omegaconf"), str(root), str(root.resolve())])
+    return root / PLAN_CACHE / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.pkl"
+
+
+def _read_plan(path: Path) -> Optional["Plan"]:
+    """A cached plan, or None when absent or unreadable (then it is planned again)."""
+    import pickle
+    try:
+        plan = pickle.loads(path.read_bytes())
+    except Exception:
+        return None
+    return plan if isinstance(plan, Plan) else None
+
+
+def _write_plan(path: Path, plan: "Plan") -> None:
+    """Atomically, without its composer (OmegaConf objects: every config is resolved already);
+    only the newest PLANS_KEPT files stay. A read-only tree is fine."""
+    import pickle
+
+    from .io import write_bytes
+    composer, plan.tree._composer = plan.tree._composer, None
+    plan._questions_checked = dict(QUESTIONS_CHECKED)
+    try:
+        blob = pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL)
+    finally:
+        plan.tree._composer = composer
+    try:
+        write_bytes(path, blob)
+        for old in sorted(path.parent.glob("*.pkl"), key=lambda p: p.stat().st_mtime_ns)[:-PLANS_KEPT]:
+            old.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def config_hash(cfg: dict) -> str:

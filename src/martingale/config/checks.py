@@ -5,7 +5,6 @@ checked when a run is composed, after each key's domain (config/schema.py).
 """
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Any, Optional
 
@@ -47,11 +46,18 @@ def questions_file_problem(cfg: dict, root: Optional[Path]) -> Optional[str]:
     return _cached_questions_problem(str(path), st.st_mtime_ns, st.st_size, int(w["n_train"]), int(w["n_heldout"]))
 
 
-@functools.lru_cache(maxsize=64)
+# (path, mtime_ns, size, n_train, n_heldout) -> the problem found (None: fine). The cached plan
+# carries it (plan._write_plan), so a fresh process only stats the files.
+QUESTIONS_CHECKED: dict[tuple[str, int, int, int, int], Optional[str]] = {}
+
+
 def _cached_questions_problem(path: str, mtime_ns: int, size: int, n_train: int, n_heldout: int) -> Optional[str]:
     """One read of a questions file per version of it (every run of a campaign shares it)."""
-    from ..world.questions import config_problem
-    return config_problem({"questions_file": path, "n_train": n_train, "n_heldout": n_heldout})
+    key = (path, mtime_ns, size, n_train, n_heldout)
+    if key not in QUESTIONS_CHECKED:
+        from ..world.questions import config_problem
+        QUESTIONS_CHECKED[key] = config_problem({"questions_file": path, "n_train": n_train, "n_heldout": n_heldout})
+    return QUESTIONS_CHECKED[key]
 
 
 def _episode_reward_problem(cfg: dict, root: Optional[Path]) -> Optional[tuple[str, str]]:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import yaml
 
-from .digest import code_digest, conf_digest
+from .digest import code_digest, conf_digest, env_digest
 
 if TYPE_CHECKING:  # Hydra is imported only when configs are composed (the table never does)
     from .compose import Composer
@@ -339,31 +339,36 @@ class RunTree:
         """Compose every run (root first); a bad or no-op knob fails naming the file and key.
 
         The validated configs are cached on disk (``.cache/runs/``) by all they follow from: conf/'s
-        files, each run's parent and knob, the code (every module of the package: the schema, the
-        checks, the registries) and Hydra's and OmegaConf's versions. A fresh process with nothing
-        changed composes none, imports no Hydra, and re-checks only what lies outside that key,
-        the questions files runs read."""
+        files, the environment variables they read (``${oc.env:...}``), each run's parent and knob,
+        the code (every module of the package: the schema, the checks, the registries) and Hydra's
+        and OmegaConf's versions. A fresh process with nothing changed composes none, imports no
+        Hydra, and re-checks only what lies outside that key (check_questions)."""
         path = self._cache_path()
         cached = _read_resolved(path)
         if isinstance(cached, dict) and cached.keys() == self.specs.keys():
             self._resolved = cached
-            from .checks import questions_file_problem
-            root = self.conf_dir.resolve().parent
-            for run_id in sorted(self.specs):
-                why = questions_file_problem(cached[run_id], root)
-                if why:
-                    raise self._err(run_id, "world.questions_file", why)
+            self.check_questions()
             return
         for run_id in sorted(self.specs):
             self.resolve(run_id)
         _write_resolved(path, self._resolved)
 
+    def check_questions(self) -> None:
+        """What no cache key covers, checked on every load of cached configs: each run's questions
+        file (world.questions_file) is still there and still fits its world."""
+        from .checks import questions_file_problem
+        root = self.conf_dir.resolve().parent
+        for run_id in sorted(self.specs):
+            why = questions_file_problem(self._resolved[run_id], root)
+            if why:
+                raise self._err(run_id, "world.questions_file", why)
+
     def _cache_path(self) -> Path:
         import json
         from importlib.metadata import version
 
-        key = json.dumps([conf_digest(self.conf_dir), code_digest(), version("hydra-core"), version("omegaconf"),
-                          sorted((r, s.parent, s.knob) for r, s in self.specs.items())])
+        key = json.dumps([conf_digest(self.conf_dir), env_digest(self.conf_dir), code_digest(), version("hydra-core"),
+                          version("omegaconf"), sorted((r, s.parent, s.knob) for r, s in self.specs.items())])
         return self.conf_dir.parent / RESOLVED_CACHE / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.pkl"
 
     # ---------------------------------------------------------------- queries
