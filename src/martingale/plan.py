@@ -549,6 +549,8 @@ def _write_plan(path: Path, plan: "Plan") -> None:
     plan._questions_checked = dict(QUESTIONS_CHECKED)
     try:
         blob = pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, AttributeError, TypeError):   # a config value no module holds: plan each time
+        return
     finally:
         plan.tree._composer = composer
     try:
