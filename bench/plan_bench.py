@@ -111,7 +111,7 @@ def measure(repo: Path, tmp: Path) -> list[tuple[str, float, float | None, str]]
     return rows
 
 
-def _pair(timing: tuple[float, str], goal: float) -> tuple[float, float, str]:
+def _pair(timing: tuple[float, str], goal: float | None) -> tuple[float, float | None, str]:
     return timing[0], goal, timing[1]
 
 
