@@ -50,7 +50,8 @@ campaign: install vllm smollm2  ## the whole campaign: every valid run in conf/r
 # a longest-first order ran the SmolLM2 modules side by side and took 30.7. With the SmolLM2 tests
 # at a smaller scale (fewer rows, tokens and iterations; the vLLM crash their load test guards
 # against still reproduces at 16 tokens): 24.2 and 18.3 min (CI in all 27.3, a fresh clone); three
-# workers, between those two runs, 21.6 (peak memory 12.8 GB): no gain on 2 cores. The four set-up steps run side by side (make -j): 3 min 32 s against 5 min 12 s.
+# workers, between those two runs, 21.6 (peak memory 12.8 GB): no gain on 2 cores. The four set-up
+# steps run side by side (make -j): 3 min 32 s against 5 min 12 s.
 TEST_WORKERS ?= 2
 
 test:  ## ruff (imports sorted, pyflakes, bugbear), lint the workflow (with each profile), then unit tests, the browser test, the end-to-end chain, the vLLM server tests and the SLURM cluster test at smoke scale
