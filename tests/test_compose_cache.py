@@ -10,7 +10,7 @@ import pytest
 
 from martingale.config import compose, runs
 from martingale.config.runs import RunError, RunTree
-from martingale.plan import PLAN_CACHE, Plan
+from martingale.plan import PLAN_CACHE, PLANS_KEPT, Plan, plan_cache_path
 
 from projcopy import REPO, proj, write_run  # noqa: F401 (proj: fixture)
 
@@ -161,3 +161,13 @@ def test_a_code_change_plans_again(proj, monkeypatch):
     monkeypatch.setattr(Plan, "_plan_run", lambda self, run_id: (_ for _ in ()).throw(RuntimeError("planned")))
     with pytest.raises(RuntimeError, match="planned"):
         Plan.load(proj)
+
+
+def test_the_plan_and_run_config_caches_keep_only_their_newest_files(proj):
+    """A cache file per edit of conf/: only the newest few stay, the current one among them."""
+    for i in range(runs.RESOLVED_KEPT + 2):
+        write_run(proj, "edited.yaml", f"parent: base\nknob: stages.s1.lr={2e-3 + i * 1e-5}\n")
+        Plan.load(proj)
+    assert len(list((proj / PLAN_CACHE).glob("*.pkl"))) == PLANS_KEPT
+    assert len(list((proj / runs.RESOLVED_CACHE).glob("*.pkl"))) == runs.RESOLVED_KEPT
+    assert plan_cache_path(proj).is_file()

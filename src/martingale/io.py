@@ -172,6 +172,19 @@ def write_bytes(path: Path | str, data: bytes) -> None:
         raise
 
 
+def keep_newest(folder: Path, keep: int, pattern: str = "*.pkl") -> None:
+    """Delete all but the ``keep`` newest files of ``folder`` matching ``pattern``: an on-disk
+    cache keyed by content gains a file per edit, and only the recent keys are read again."""
+    def mtime(p: Path) -> int:
+        try:
+            return p.stat().st_mtime_ns
+        except OSError:          # removed meanwhile by another process pruning the same folder
+            return 0
+    for old in sorted(folder.glob(pattern), key=mtime)[:-keep]:
+        with contextlib.suppress(OSError):
+            old.unlink()
+
+
 def write_text(path: Path | str, text: str) -> None:
     """Write UTF-8 text to path atomically (see write_bytes)."""
     write_bytes(path, text.encode("utf-8"))

@@ -544,7 +544,7 @@ def _write_plan(path: Path, plan: "Plan") -> None:
     only the newest PLANS_KEPT files stay. A read-only tree is fine."""
     import pickle
 
-    from .io import write_bytes
+    from .io import keep_newest, write_bytes
     composer, plan.tree._composer = plan.tree._composer, None
     plan._questions_checked = dict(QUESTIONS_CHECKED)
     try:
@@ -555,10 +555,9 @@ def _write_plan(path: Path, plan: "Plan") -> None:
         plan.tree._composer = composer
     try:
         write_bytes(path, blob)
-        for old in sorted(path.parent.glob("*.pkl"), key=lambda p: p.stat().st_mtime_ns)[:-PLANS_KEPT]:
-            old.unlink(missing_ok=True)
     except OSError:
-        pass
+        return
+    keep_newest(path.parent, PLANS_KEPT)
 
 
 def config_hash(cfg: dict) -> str:

@@ -203,6 +203,7 @@ def _check_metadata(data: dict, err) -> tuple[str, ...]:
 
 
 RESOLVED_CACHE = Path(".cache") / "runs"   # validated run configs by content (RunTree.check_configs)
+RESOLVED_KEPT = 4                           # the newest kept: a conf/ edit and back composes nothing
 
 
 def _read_resolved(path: Path) -> Any:
@@ -215,14 +216,16 @@ def _read_resolved(path: Path) -> Any:
 
 
 def _write_resolved(path: Path, resolved: dict[str, dict]) -> None:
-    """Atomically; a read-only tree is fine (the next process composes again)."""
+    """Atomically, the newest RESOLVED_KEPT files kept; a read-only tree is fine (the next process
+    composes again)."""
     import pickle
 
-    from ..io import write_bytes
+    from ..io import keep_newest, write_bytes
     try:
         write_bytes(path, pickle.dumps(resolved, protocol=pickle.HIGHEST_PROTOCOL))
     except OSError:
-        pass
+        return
+    keep_newest(path.parent, RESOLVED_KEPT)
 
 
 def parse_run_file(path: Path, text: str | None = None) -> RunSpec:
