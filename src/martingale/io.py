@@ -172,9 +172,35 @@ def write_bytes(path: Path | str, data: bytes) -> None:
         raise
 
 
-def keep_newest(folder: Path, keep: int, pattern: str = "*.pkl") -> None:
-    """Delete all but the ``keep`` newest files of ``folder`` matching ``pattern``: an on-disk
-    cache keyed by content gains a file per edit, and only the recent keys are read again."""
+def read_pickle(path: Path | str) -> Any:
+    """An on-disk cache's object, or None when the file is absent or unreadable (the caller
+    computes it again)."""
+    import pickle
+    try:
+        return pickle.loads(Path(path).read_bytes())
+    except Exception:
+        return None
+
+
+def write_pickle(path: Path | str, obj: Any, keep: int) -> None:
+    """An on-disk cache's object, pickled and written atomically (write_bytes); only the ``keep``
+    newest files of its folder stay (a cache keyed by content gains a file per edit, and only the
+    recent keys are read again). An object that does not pickle, or a read-only tree, writes
+    nothing: the next process computes it again."""
+    import pickle
+    try:
+        blob = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, AttributeError, TypeError):   # a value no module holds
+        return
+    try:
+        write_bytes(path, blob)
+    except OSError:
+        return
+    _keep_newest(Path(path).parent, keep, f"*{Path(path).suffix}")
+
+
+def _keep_newest(folder: Path, keep: int, pattern: str) -> None:
+    """Delete all but the ``keep`` newest files of ``folder`` matching ``pattern``."""
     def mtime(p: Path) -> int:
         try:
             return p.stat().st_mtime_ns

@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple, Optional
 
 from .config.checks import QUESTIONS_CHECKED
+from .config.digest import code_and_versions, conf_files, env_digest, tree_digest
 from .config.runs import RunTree
 from .config.schema import declared_sections
-from .io import canonical_json, write_text_if_changed
+from .io import canonical_json, read_pickle, write_pickle, write_text_if_changed
 from .needs import Need, stage_needs, unmet
 from .rewards import REWARDS, reward_settings
 from .stages import StageKind, kinds, uses_key
@@ -260,7 +261,6 @@ class Plan:
         self._kind_resources: Optional[dict[str, dict[str, Any]]] = None
         self._identity: dict[str, dict] = {}          # run id -> run_identity of its config (the aggregate's param)
         self._stage_needs: dict[str, set[Need]] = {}   # stage id -> its needs, found once (a stage is in many chains)
-        self._questions_checked: dict[tuple, Optional[str]] = {}   # checks.QUESTIONS_CHECKED, when cached
         for run_id in tree.ids():
             self._plan_run(run_id)
 
@@ -273,13 +273,18 @@ class Plan:
         reading, composing and planning each run, and re-checks only the questions files."""
         root = Path(root)
         path = plan_cache_path(root)
-        plan = _read_plan(path)
-        if plan is not None:
-            QUESTIONS_CHECKED.update(plan._questions_checked)
+        cached = read_pickle(path)     # (plan, checks.QUESTIONS_CHECKED as it was written)
+        if isinstance(cached, tuple) and len(cached) == 2 and isinstance(cached[0], Plan):
+            plan, checked = cached
+            QUESTIONS_CHECKED.update(checked)
             plan.tree.check_questions()
             return plan
         plan = cls(RunTree.load(root / "conf"), root)
-        _write_plan(path, plan)
+        composer, plan.tree._composer = plan.tree._composer, None   # OmegaConf objects: every config is resolved
+        try:
+            write_pickle(path, (plan, dict(QUESTIONS_CHECKED)), PLANS_KEPT)
+        finally:
+            plan.tree._composer = composer
         return plan
 
     # ---------------------------------------------------------------- building
@@ -520,44 +525,9 @@ def plan_cache_path(root: Path) -> Path:
     """The cached plan's file: keyed by every file under conf/ (run files included, as bytes), the
     environment variables they read, the package's code, Hydra's and OmegaConf's versions and the
     root as given and resolved (the plan holds its paths)."""
-    from importlib.metadata import version
-
-    from .config.digest import code_digest, env_digest
-    conf = root / "conf"
-    key = json.dumps([conf_hash(conf), env_digest(conf), code_digest(), version("hydra-core"),
-                      version("omegaconf"), str(root), str(root.resolve())])
+    files = conf_files(root / "conf")
+    key = json.dumps([tree_digest(files), env_digest(files), *code_and_versions(), str(root), str(root.resolve())])
     return root / PLAN_CACHE / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.pkl"
-
-
-def _read_plan(path: Path) -> Optional["Plan"]:
-    """A cached plan, or None when absent or unreadable (then it is planned again)."""
-    import pickle
-    try:
-        plan = pickle.loads(path.read_bytes())
-    except Exception:
-        return None
-    return plan if isinstance(plan, Plan) else None
-
-
-def _write_plan(path: Path, plan: "Plan") -> None:
-    """Atomically, without its composer (OmegaConf objects: every config is resolved already);
-    only the newest PLANS_KEPT files stay. A read-only tree is fine."""
-    import pickle
-
-    from .io import keep_newest, write_bytes
-    composer, plan.tree._composer = plan.tree._composer, None
-    plan._questions_checked = dict(QUESTIONS_CHECKED)
-    try:
-        blob = pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL)
-    except (pickle.PicklingError, AttributeError, TypeError):   # a config value no module holds: plan each time
-        return
-    finally:
-        plan.tree._composer = composer
-    try:
-        write_bytes(path, blob)
-    except OSError:
-        return
-    keep_newest(path.parent, PLANS_KEPT)
 
 
 def config_hash(cfg: dict) -> str:
@@ -567,12 +537,7 @@ def config_hash(cfg: dict) -> str:
 
 def conf_hash(conf_dir: Path | str) -> str:
     """sha256 over every file under conf/ (relative path + bytes): tells a stale index."""
-    conf_dir = Path(conf_dir)
-    h = hashlib.sha256()
-    for path in sorted(p for p in conf_dir.rglob("*") if p.is_file()):
-        h.update(path.relative_to(conf_dir).as_posix().encode("utf-8") + b"\0")
-        h.update(path.read_bytes() + b"\0")
-    return h.hexdigest()
+    return tree_digest(conf_files(Path(conf_dir)))
 
 
 def current_index(root: Path | str) -> dict[str, Any]:

@@ -47,7 +47,7 @@ def questions_file_problem(cfg: dict, root: Optional[Path]) -> Optional[str]:
 
 
 # (path, mtime_ns, size, n_train, n_heldout) -> the problem found (None: fine). The cached plan
-# carries it (plan._write_plan), so a fresh process only stats the files.
+# carries it (Plan.load), so a fresh process only stats the files.
 QUESTIONS_CHECKED: dict[tuple[str, int, int, int, int], Optional[str]] = {}
 
 

@@ -35,7 +35,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
 from ..registry import epoch
 from .checks import relation_problem
-from .digest import conf_digest
+from .digest import conf_digest, conf_files
 from .schema import ROLE_MODELS, choices, config_class, domain_key, domains
 
 SCHEMA_NAME = "martingale_schema"
@@ -356,7 +356,7 @@ class Composer:
             p.name: sorted({f.stem for f in p.iterdir() if f.suffix in (".yaml", ".yml")})
             for p in self.conf_dir.iterdir() if p.is_dir() and p.name != "runs"
         }
-        self._digest = conf_digest(self.conf_dir)
+        self._digest = conf_digest(conf_files(self.conf_dir))
         store_schema()
         self._store = _store_digest()
         self._defaults = _default_choices(self.conf_dir)

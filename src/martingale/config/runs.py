@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import yaml
 
-from .digest import code_digest, conf_digest, env_digest
+from ..io import read_pickle, write_pickle
+from .digest import code_and_versions, conf_digest, conf_files, env_digest
 
 if TYPE_CHECKING:  # Hydra is imported only when configs are composed (the table never does)
     from .compose import Composer
@@ -206,28 +207,6 @@ RESOLVED_CACHE = Path(".cache") / "runs"   # validated run configs by content (R
 RESOLVED_KEPT = 4                           # the newest kept: a conf/ edit and back composes nothing
 
 
-def _read_resolved(path: Path) -> Any:
-    """The cached configs, or None when absent or unreadable (then every run is composed again)."""
-    import pickle
-    try:
-        return pickle.loads(path.read_bytes())
-    except Exception:
-        return None
-
-
-def _write_resolved(path: Path, resolved: dict[str, dict]) -> None:
-    """Atomically, the newest RESOLVED_KEPT files kept; a read-only tree is fine (the next process
-    composes again)."""
-    import pickle
-
-    from ..io import keep_newest, write_bytes
-    try:
-        write_bytes(path, pickle.dumps(resolved, protocol=pickle.HIGHEST_PROTOCOL))
-    except OSError:
-        return
-    keep_newest(path.parent, RESOLVED_KEPT)
-
-
 def parse_run_file(path: Path, text: str | None = None) -> RunSpec:
     """Read and check one run file on its own (not its parent or its config).
 
@@ -347,14 +326,14 @@ class RunTree:
         and OmegaConf's versions. A fresh process with nothing changed composes none, imports no
         Hydra, and re-checks only what lies outside that key (check_questions)."""
         path = self._cache_path()
-        cached = _read_resolved(path)
+        cached = read_pickle(path)
         if isinstance(cached, dict) and cached.keys() == self.specs.keys():
             self._resolved = cached
             self.check_questions()
             return
         for run_id in sorted(self.specs):
             self.resolve(run_id)
-        _write_resolved(path, self._resolved)
+        write_pickle(path, self._resolved, RESOLVED_KEPT)
 
     def check_questions(self) -> None:
         """What no cache key covers, checked on every load of cached configs: each run's questions
@@ -368,10 +347,10 @@ class RunTree:
 
     def _cache_path(self) -> Path:
         import json
-        from importlib.metadata import version
 
-        key = json.dumps([conf_digest(self.conf_dir), env_digest(self.conf_dir), code_digest(), version("hydra-core"),
-                          version("omegaconf"), sorted((r, s.parent, s.knob) for r, s in self.specs.items())])
+        files = conf_files(self.conf_dir)
+        key = json.dumps([conf_digest(files), env_digest(files), *code_and_versions(),
+                          sorted((r, s.parent, s.knob) for r, s in self.specs.items())])
         return self.conf_dir.parent / RESOLVED_CACHE / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.pkl"
 
     # ---------------------------------------------------------------- queries
