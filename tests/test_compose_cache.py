@@ -4,6 +4,7 @@ from (a conf/ file, a run's knob, an environment variable conf/ reads, the schem
 composes or plans again."""
 from __future__ import annotations
 
+import pickle
 import shutil
 
 import pytest
@@ -89,8 +90,9 @@ def test_a_changed_knob_is_composed_again_and_a_bad_one_is_refused(proj):
 
 
 def test_a_code_change_is_composed_again(proj, monkeypatch):
+    from martingale.config import digest
     RunTree.load(proj / "conf")
-    monkeypatch.setattr(runs, "code_digest", lambda: "another version of the code")
+    monkeypatch.setattr(digest, "code_digest", lambda: "another version of the code")
     assert RunTree.load(proj / "conf")._composer is not None
 
 
@@ -136,11 +138,40 @@ def test_a_new_run_file_is_planned(proj):
     assert set(after.stages) > set(before.stages)
 
 
-def test_a_corrupt_plan_cache_is_planned_again(proj):
+@pytest.mark.parametrize("content", [b"not a pickle", pickle.dumps({"not": "a plan"})], ids=["garbage", "not-a-plan"])
+def test_a_corrupt_plan_cache_is_planned_again(proj, content):
     first = Plan.load(proj)
     for f in (proj / PLAN_CACHE).glob("*.pkl"):
-        f.write_bytes(b"not a pickle")
+        f.write_bytes(content)
     assert set(Plan.load(proj).stages) == set(first.stages)
+
+
+def test_a_questions_file_gone_after_the_plan_was_cached_is_still_refused(proj):
+    """The cached plan skips composing, not the check of what lies outside its key."""
+    questions = proj / "data" / "questions" / "synthetic-world.jsonl"
+    questions.parent.mkdir(parents=True)
+    shutil.copy(REPO / "data" / "questions" / "synthetic-world.jsonl", questions)
+    write_run(proj, "asked.yaml", "parent: base\nknob: world=jsonl\n")
+    Plan.load(proj)
+    assert list((proj / PLAN_CACHE).glob("*.pkl"))
+    questions.unlink()
+    with pytest.raises(RunError, match=r"asked\.yaml: world\.questions_file: .*not found"):
+        Plan.load(proj)
+
+
+def test_a_plan_that_does_not_pickle_is_planned_each_time(proj, monkeypatch):
+    def refuse(obj, *args, **kwargs):
+        raise TypeError(f"cannot pickle {type(obj).__name__}")
+    monkeypatch.setattr(pickle, "dumps", refuse)
+    assert Plan.load(proj).stages and Plan.load(proj).stages
+    assert not list(proj.glob(".cache/*/*.pkl"))
+
+
+def test_a_cache_folder_that_cannot_be_written_plans_without_it(proj):
+    (proj / ".cache").write_text("a file where the cache folder would be")
+    first = Plan.load(proj)
+    assert set(Plan.load(proj).stages) == set(first.stages)
+    assert (proj / ".cache").is_file()
 
 
 def test_a_changed_environment_variable_a_config_reads_resolves_again(proj, monkeypatch):
