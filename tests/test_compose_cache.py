@@ -202,3 +202,36 @@ def test_the_plan_and_run_config_caches_keep_only_their_newest_files(proj):
     assert len(list((proj / PLAN_CACHE).glob("*.pkl"))) == PLANS_KEPT
     assert len(list((proj / runs.RESOLVED_CACHE).glob("*.pkl"))) == runs.RESOLVED_KEPT
     assert plan_cache_path(proj).is_file()
+
+
+# ------------------------------------------------------------------ conf/ edited while planning
+def test_a_conf_edit_made_while_planning_is_cached_under_no_key(proj, fresh_process, monkeypatch):
+    """Each cache's key is read before what it caches is made: an edit in between (here, while
+    Hydra composes) must not leave the edited configs under the key of the tree before it, or
+    undoing the edit would plan from the edited file."""
+    world = proj / "conf" / "world" / "synthetic.yaml"
+    before = world.read_text()
+    real = compose.compose_cfg
+
+    def edit_then_compose(overrides, conf_dir):
+        world.write_text(before.replace("base_rate: 0.3", "base_rate: 0.35"))
+        return real(overrides, conf_dir)
+    monkeypatch.setattr(compose, "compose_cfg", edit_then_compose)
+    assert Plan.load(proj).resolved_config("base")["world"]["base_rate"] == 0.35
+    monkeypatch.setattr(compose, "compose_cfg", real)
+    monkeypatch.setattr(compose, "_BASES", {})            # a new process
+    world.write_text(before)
+    assert Plan.load(proj).resolved_config("base")["world"]["base_rate"] == 0.3
+
+
+def test_the_index_names_the_conf_tree_its_plan_was_made_from(proj):
+    """An edit between planning and writing the index (Snakemake's onstart) leaves an index that
+    readers see is stale, not one that claims the edited tree."""
+    from martingale.plan import conf_hash, current_index
+    plan = Plan.load(proj)
+    world = proj / "conf" / "world" / "synthetic.yaml"
+    world.write_text(world.read_text().replace("base_rate: 0.3", "base_rate: 0.35"))
+    index = plan.write_index()
+    assert index["conf_hash"] != conf_hash(proj / "conf")
+    assert current_index(proj)["runs"]["base"]["config_hash"] == Plan.load(proj).index()["runs"]["base"]["config_hash"] \
+        != index["runs"]["base"]["config_hash"]

@@ -248,9 +248,10 @@ def _resources(model: dict, kind: str = "") -> dict[str, Any]:
 class Plan:
     """Runs → stages. ``stages``: id → Stage; ``run_stages(run)``: the run's (stage, seed, ids)."""
 
-    def __init__(self, tree: RunTree, root: Path | str = "."):
+    def __init__(self, tree: RunTree, root: Path | str = ".", conf_digest: Optional[str] = None):
         self.root = Path(root)
         self.tree = tree
+        self.conf_digest = conf_digest or conf_hash(self.root / "conf")   # the conf/ tree planned from
         self.stages: dict[str, Stage] = {}
         self._runs: dict[str, list[RunStage]] = {}
         self._chains: dict[str, list[str]] = {}
@@ -270,16 +271,19 @@ class Plan:
 
         The plan is cached on disk (``.cache/plan/``) by all it follows from (plan_cache_path):
         a fresh process with nothing changed (every `snakemake` call) unpickles it instead of
-        reading, composing and planning each run, and re-checks only the questions files."""
+        reading, composing and planning each run, and re-checks only the questions files. A plan
+        whose key changed while it was made (conf/ edited meanwhile) is cached under neither key."""
         root = Path(root)
-        path = plan_cache_path(root)
+        digest, path = plan_key(root)
         cached = read_pickle(path)     # (plan, checks.QUESTIONS_CHECKED as it was written)
         if isinstance(cached, tuple) and len(cached) == 2 and isinstance(cached[0], Plan):
             plan, checked = cached
             QUESTIONS_CHECKED.update(checked)
             plan.tree.check_questions()
             return plan
-        plan = cls(RunTree.load(root / "conf"), root)
+        plan = cls(RunTree.load(root / "conf"), root, digest)
+        if plan_cache_path(root) != path:
+            return plan
         composer, plan.tree._composer = plan.tree._composer, None   # OmegaConf objects: every config is resolved
         try:
             write_pickle(path, (plan, dict(QUESTIONS_CHECKED)), PLANS_KEPT)
@@ -458,12 +462,13 @@ class Plan:
     def index(self) -> dict[str, Any]:
         """What readers outside the parse need, without composing configs again: per run its
         stage ids (``chain``), model, start, stage chain, seeds, config hash and lineage group;
-        per stage its owner run and role. ``conf_hash`` says which conf/ tree it was made from."""
+        per stage its owner run and role. ``conf_hash`` says which conf/ tree it was made from (the
+        one the plan was made from, not conf/ as it is when the index is written)."""
         owners = self.stage_owners()
         runs = {r: {"chain": list(self._chains[r]), "group": self.group(r), **self._runs_info[r]}
                 for r in sorted(self._runs)}
         stages = {sid: {"owner": owners[sid], "job_type": self._labels[sid]} for sid in sorted(self.stages)}
-        return {"conf_hash": conf_hash(self.root / "conf"), "runs": runs, "stages": stages}
+        return {"conf_hash": self.conf_digest, "runs": runs, "stages": stages}
 
     def write_index(self, path: Path | str | None = None) -> dict[str, Any]:
         """Write ``results/_store/index.json`` (only when its content changed); returns the index."""
@@ -521,13 +526,19 @@ PLAN_CACHE = Path(".cache") / "plan"
 PLANS_KEPT = 4   # the newest cached plans kept: a conf/ edit and back plans nothing
 
 
-def plan_cache_path(root: Path) -> Path:
-    """The cached plan's file: keyed by every file under conf/ (run files included, as bytes), the
-    environment variables they read, the package's code, Hydra's and OmegaConf's versions and the
-    root as given and resolved (the plan holds its paths)."""
+def plan_key(root: Path) -> tuple[str, Path]:
+    """(conf_hash of conf/ now, the cached plan's file): the file is keyed by every file under
+    conf/ (run files included, as bytes), the environment variables they read, the package's code,
+    Hydra's and OmegaConf's versions and the root as given and resolved (the plan holds its paths)."""
     files = conf_files(root / "conf")
-    key = json.dumps([tree_digest(files), env_digest(files), *code_and_versions(), str(root), str(root.resolve())])
-    return root / PLAN_CACHE / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.pkl"
+    digest = tree_digest(files)
+    key = json.dumps([digest, env_digest(files), *code_and_versions(), str(root), str(root.resolve())])
+    return digest, root / PLAN_CACHE / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.pkl"
+
+
+def plan_cache_path(root: Path) -> Path:
+    """The cached plan's file for conf/, the environment and the code as they are now (plan_key)."""
+    return plan_key(root)[1]
 
 
 def config_hash(cfg: dict) -> str:

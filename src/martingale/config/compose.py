@@ -380,7 +380,8 @@ class Composer:
         return ov
 
     def base(self, group_choices: tuple[tuple[str, str], ...]) -> DictConfig:
-        """A fresh copy of the Hydra-composed config for one combination of group choices."""
+        """A fresh copy of the Hydra-composed config for one combination of group choices (cached
+        in memory and on disk by conf/'s digest, unless conf/ changed while Hydra composed it)."""
         # a choice equal to config.yaml's default composes the same config: drop it
         group_choices = tuple((g, c) for g, c in group_choices if self._defaults.get(g) != c)
         key = (self._digest, self._store, group_choices)
@@ -393,6 +394,8 @@ class Composer:
                 _BASES[key] = cached[0]
                 return cached[1]
             composed = compose_cfg([f"{g}={c}" for g, c in group_choices], self.conf_dir)
+            if conf_digest(conf_files(self.conf_dir)) != self._digest:   # conf/ edited while composing
+                return composed
             try:
                 blob = pickle.dumps(composed)
             except (pickle.PicklingError, AttributeError, TypeError):   # a section class no module holds

@@ -324,7 +324,8 @@ class RunTree:
         files, the environment variables they read (``${oc.env:...}``), each run's parent and knob,
         the code (every module of the package: the schema, the checks, the registries) and Hydra's
         and OmegaConf's versions. A fresh process with nothing changed composes none, imports no
-        Hydra, and re-checks only what lies outside that key (check_questions)."""
+        Hydra, and re-checks only what lies outside that key (check_questions). Configs whose key
+        changed while they were composed (conf/ edited meanwhile) are cached under neither key."""
         path = self._cache_path()
         cached = read_pickle(path)
         if isinstance(cached, dict) and cached.keys() == self.specs.keys():
@@ -333,7 +334,8 @@ class RunTree:
             return
         for run_id in sorted(self.specs):
             self.resolve(run_id)
-        write_pickle(path, self._resolved, RESOLVED_KEPT)
+        if self._cache_path() == path:
+            write_pickle(path, self._resolved, RESOLVED_KEPT)
 
     def check_questions(self) -> None:
         """What no cache key covers, checked on every load of cached configs: each run's questions
