@@ -204,6 +204,26 @@ def test_the_plan_and_run_config_caches_keep_only_their_newest_files(proj):
     assert plan_cache_path(proj).is_file()
 
 
+
+def test_the_compose_cache_keeps_the_bases_of_its_newest_conf_trees_only(proj, fresh_process, monkeypatch):
+    """Each edit of conf/ composes a tree of bases (a file per group-choice combination): only the
+    newest few trees stay, every base of the current one among them."""
+    world = proj / "conf" / "world" / "synthetic.yaml"
+    text = world.read_text()
+    for i in range(compose.TREES_KEPT + 2):
+        world.write_text(f"{text}\n# edit {i}\n")
+        monkeypatch.setattr(compose, "_BASES", {})
+        Plan.load(proj)
+    trees = {f.name.split("-")[0] for f in (proj / compose.CACHE_DIR).glob("*.pkl")}
+    assert len(trees) == compose.TREES_KEPT
+    shutil.rmtree(proj / runs.RESOLVED_CACHE)
+    shutil.rmtree(proj / PLAN_CACHE)
+    fresh_process.clear()
+    monkeypatch.setattr(compose, "_BASES", {})
+    Plan.load(proj)
+    assert fresh_process == []
+
+
 # ------------------------------------------------------------------ conf/ edited while planning
 def test_a_conf_edit_made_while_planning_is_cached_under_no_key(proj, fresh_process, monkeypatch):
     """Each cache's key is read before what it caches is made: an edit in between (here, while

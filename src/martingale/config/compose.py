@@ -14,6 +14,7 @@ Errors come out as :class:`ComposeError` with ``key`` (the offending key) and a 
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import fnmatch
 import hashlib
@@ -287,6 +288,7 @@ def compose(overrides: Iterable[str], conf_dir: Path | str) -> dict:
 # Hydra's and OmegaConf's versions), so a fresh process plans without composing.
 _BASES: dict[tuple[str, str, tuple], bytes] = {}
 CACHE_DIR = Path(".cache") / "compose"
+TREES_KEPT = 4     # the conf/ trees whose bases stay on disk (each tree: one file per group-choice combination)
 
 
 def _store_digest() -> str:
@@ -319,12 +321,34 @@ def _read_cached(path: Path) -> tuple[bytes, DictConfig] | None:
 
 
 def _write_cached(path: Path, blob: bytes) -> None:
-    """Atomically (two planners writing one key write the same bytes); a read-only tree is fine."""
+    """Atomically (two planners writing one key write the same bytes); a read-only tree is fine.
+    Then only the bases of the TREES_KEPT newest trees stay (a file is named ``<tree>-<choices>.pkl``):
+    every conf/ edit makes a tree, and only the recent ones are read again."""
     from ..io import write_bytes
     try:
         write_bytes(path, blob)
     except OSError:
-        pass
+        return
+    _keep_newest_trees(path.parent, TREES_KEPT)
+
+
+def _keep_newest_trees(folder: Path, keep: int) -> None:
+    """Delete the bases of all but the ``keep`` trees written last (a tree's time: its newest file)."""
+    newest: dict[str, int] = {}
+    files = []
+    for f in folder.glob("*.pkl"):      # a name of an older layout (no "-"): a tree of its own
+        try:
+            t = f.stat().st_mtime_ns
+        except OSError:      # removed meanwhile by another process pruning the same folder
+            continue
+        tree = f.name.split("-", 1)[0]
+        newest[tree] = max(newest.get(tree, 0), t)
+        files.append((tree, f))
+    kept = set(sorted(newest, key=newest.__getitem__)[-keep:])
+    for tree, f in files:
+        if tree not in kept:
+            with contextlib.suppress(OSError):
+                f.unlink()
 
 
 def _default_choices(conf_dir: Path) -> dict[str, str]:
@@ -387,8 +411,9 @@ class Composer:
         key = (self._digest, self._store, group_choices)
         blob = _BASES.get(key)
         if blob is None:
-            name = hashlib.sha256(json.dumps([self._digest, self._store, group_choices]).encode()).hexdigest()
-            path = self.conf_dir.parent / CACHE_DIR / f"{name[:32]}.pkl"
+            tree = hashlib.sha256(json.dumps([self._digest, self._store]).encode()).hexdigest()
+            choices = hashlib.sha256(json.dumps(group_choices).encode()).hexdigest()
+            path = self.conf_dir.parent / CACHE_DIR / f"{tree[:16]}-{choices[:16]}.pkl"
             cached = _read_cached(path)
             if cached is not None:
                 _BASES[key] = cached[0]
