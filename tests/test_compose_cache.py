@@ -204,7 +204,6 @@ def test_the_plan_and_run_config_caches_keep_only_their_newest_files(proj):
     assert plan_cache_path(proj).is_file()
 
 
-
 def test_the_compose_cache_keeps_the_bases_of_its_newest_conf_trees_only(proj, fresh_process, monkeypatch):
     """Each edit of conf/ composes a tree of bases (a file per group-choice combination): only the
     newest few trees stay, every base of the current one among them."""

@@ -12,7 +12,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import yaml
 
@@ -196,19 +196,27 @@ def write_pickle(path: Path | str, obj: Any, keep: int) -> None:
         write_bytes(path, blob)
     except OSError:
         return
-    _keep_newest(Path(path).parent, keep, f"*{Path(path).suffix}")
+    keep_newest(Path(path).parent, keep, f"*{Path(path).suffix}")
 
 
-def _keep_newest(folder: Path, keep: int, pattern: str) -> None:
-    """Delete all but the ``keep`` newest files of ``folder`` matching ``pattern``."""
-    def mtime(p: Path) -> int:
+def keep_newest(folder: Path, keep: int, pattern: str, group: Callable[[Path], str] = lambda p: p.name) -> None:
+    """Delete the files of ``folder`` matching ``pattern`` but those of the ``keep`` groups written
+    last (``group``: a file's group, by default the file itself; a group's time: its newest file)."""
+    newest: dict[str, int] = {}
+    files = []
+    for f in folder.glob(pattern):
         try:
-            return p.stat().st_mtime_ns
+            t = f.stat().st_mtime_ns
         except OSError:          # removed meanwhile by another process pruning the same folder
-            return 0
-    for old in sorted(folder.glob(pattern), key=mtime)[:-keep]:
-        with contextlib.suppress(OSError):
-            old.unlink()
+            continue
+        g = group(f)
+        newest[g] = max(newest.get(g, 0), t)
+        files.append((g, f))
+    kept = set(sorted(newest, key=newest.__getitem__)[-keep:])
+    for g, f in files:
+        if g not in kept:
+            with contextlib.suppress(OSError):
+                f.unlink()
 
 
 def write_text(path: Path | str, text: str) -> None:

@@ -14,7 +14,6 @@ Errors come out as :class:`ComposeError` with ``key`` (the offending key) and a 
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import fnmatch
 import hashlib
@@ -324,31 +323,13 @@ def _write_cached(path: Path, blob: bytes) -> None:
     """Atomically (two planners writing one key write the same bytes); a read-only tree is fine.
     Then only the bases of the TREES_KEPT newest trees stay (a file is named ``<tree>-<choices>.pkl``):
     every conf/ edit makes a tree, and only the recent ones are read again."""
-    from ..io import write_bytes
+    from ..io import keep_newest, write_bytes
     try:
         write_bytes(path, blob)
     except OSError:
         return
-    _keep_newest_trees(path.parent, TREES_KEPT)
-
-
-def _keep_newest_trees(folder: Path, keep: int) -> None:
-    """Delete the bases of all but the ``keep`` trees written last (a tree's time: its newest file)."""
-    newest: dict[str, int] = {}
-    files = []
-    for f in folder.glob("*.pkl"):      # a name of an older layout (no "-"): a tree of its own
-        try:
-            t = f.stat().st_mtime_ns
-        except OSError:      # removed meanwhile by another process pruning the same folder
-            continue
-        tree = f.name.split("-", 1)[0]
-        newest[tree] = max(newest.get(tree, 0), t)
-        files.append((tree, f))
-    kept = set(sorted(newest, key=newest.__getitem__)[-keep:])
-    for tree, f in files:
-        if tree not in kept:
-            with contextlib.suppress(OSError):
-                f.unlink()
+    # a name of an older layout (no "-"): a tree of its own
+    keep_newest(path.parent, TREES_KEPT, "*.pkl", group=lambda f: f.name.split("-", 1)[0])
 
 
 def _default_choices(conf_dir: Path) -> dict[str, str]:
