@@ -167,3 +167,25 @@ def test_the_jobs_of_a_worker_that_preloads_wandb_log_through_its_one_wandb_serv
         warm.stop()
     assert tokens[0] == tokens[1] != "None"           # one service, the worker's
     assert len(list((tmp_path / "wandb").glob("offline-run-*"))) == 2
+
+
+@pytest.mark.parametrize("importing", [False, True], ids=["serving", "importing"])
+def test_a_stopped_worker_exits_normally_and_leaves_no_temporary_folders(tmp_path, monkeypatch, importing):
+    """wandb makes two temporary folders when imported (media, artifacts) and removes them as its
+    process exits: stop() ends the worker, serving or still importing, as a normal exit (status 0,
+    not killed by the signal), so nothing is left in TMPDIR."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    preload = ("wandb", "torch") if importing else ("wandb",)
+    assert warm.start(str(tmp_path), preload=preload, wait=not importing)
+    if importing:
+        deadline = time.time() + 60        # until wandb's folders exist: the worker imports torch next
+        while len(list(temp.iterdir())) < 2 and time.time() < deadline:
+            time.sleep(0.01)
+    assert sorted(p.name.endswith(("wandb-media", "wandb-artifacts")) for p in temp.iterdir()) == [True, True]
+    proc = warm._WORKER
+    warm.stop()
+    assert proc.returncode == 0
+    assert list(temp.iterdir()) == []

@@ -36,6 +36,7 @@ PRELOAD_ATTRS = (("transformers", ("AutoModelForCausalLM", "AutoTokenizer", "Lla
 _HEADER = struct.Struct("!Q")
 _STATUS = struct.Struct("!i")
 _WORKER: Optional[subprocess.Popen] = None
+_TERM = threading.Event()    # the worker was asked to stop (SIGTERM)
 
 
 def call(target: str, smk: Any) -> Any:
@@ -95,6 +96,7 @@ def serve(name: str, parent: int, preload: tuple[str, ...] = PRELOAD) -> None:
     A job that starts while it imports runs in its own process (nothing listens yet): a build's
     first jobs, pretrain first, start at once."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # a Ctrl-C reaches the jobs; the worker follows Snakemake
+    signal.signal(signal.SIGTERM, _exit_on_term)
     gc.disable()
     for module in preload:
         importlib.import_module(module)
@@ -106,8 +108,9 @@ def serve(name: str, parent: int, preload: tuple[str, ...] = PRELOAD) -> None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind("\0" + name)
     listener.listen(64)
-    listener.settimeout(1.0)
-    while os.getppid() == parent:
+    listener.settimeout(0.25)   # how often it checks that Snakemake is there and stop() has not come
+    signal.signal(signal.SIGTERM, _stop_on_term)
+    while os.getppid() == parent and not _TERM.is_set():
         _reap()
         try:
             conn, _ = listener.accept()
@@ -121,6 +124,19 @@ def serve(name: str, parent: int, preload: tuple[str, ...] = PRELOAD) -> None:
             listener.close()
             _child(conn, service)  # never returns
         conn.close()
+
+
+def _exit_on_term(signum: int, frame: Any) -> None:
+    """stop()'s SIGTERM while the worker imports: exit normally now (exit handlers run: wandb removes
+    the temporary folders it made when imported; killed outright, the worker left two a build)."""
+    raise SystemExit(0)
+
+
+def _stop_on_term(signum: int, frame: Any) -> None:
+    """stop()'s SIGTERM once the worker serves: serve's loop ends within its accept timeout and the
+    worker exits normally. A flag, not SystemExit: the signal may land in a fork handler, which
+    ignores exceptions."""
+    _TERM.set()
 
 
 def _peer_uid(conn: socket.socket) -> int:
