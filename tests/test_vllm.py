@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -304,7 +305,64 @@ def test_the_server_does_not_inherit_the_jobs_thread_counts(monkeypatch):
     for var in JOB_THREAD_VARS:
         monkeypatch.setenv(var, "2")
     monkeypatch.setenv("MARTINGALE_KEEP_ME", "1")
-    env = server_env({"vllm": {"cpu_kv_cache_gib": 3}})
+    env = server_env({"vllm": {"cpu_kv_cache_gib": 3}}, "/scratch")
     assert not set(JOB_THREAD_VARS) & set(env)
     assert env["MARTINGALE_KEEP_ME"] == "1" and env["VLLM_CPU_KVCACHE_SPACE"] == "3"
     assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+
+
+def test_the_server_gets_its_own_tmpdir_and_keeps_the_shared_compile_cache(monkeypatch, tmp_path):
+    """vLLM leaves sockets and a rendezvous file in its TMPDIR: the server's is a folder of its
+    own; torch's compile cache stays where it was (the caller's TORCHINDUCTOR_CACHE_DIR, else torch's
+    default under the caller's temp folder), so the next start reuses it."""
+    import getpass
+    import tempfile
+
+    from martingale.model.vllm import server_env
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    env = server_env({"vllm": {"cpu_kv_cache_gib": 1}}, "/scratch")
+    assert env["TMPDIR"] == "/scratch"
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / f"torchinductor_{getpass.getuser()}")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/mine")
+    assert server_env({"vllm": {"cpu_kv_cache_gib": 1}}, "/scratch")["TORCHINDUCTOR_CACHE_DIR"] == "/mine"
+
+
+@server_test
+def test_a_stopped_server_leaves_nothing_in_the_temp_folder(tmp_path, served, monkeypatch):
+    """A start left 7 ZeroMQ sockets and a vllm_dist_* file in TMPDIR that outlived the server
+    (49 sockets after one test suite): its TMPDIR is a folder of its own, removed by stop()."""
+    import tempfile
+
+    from martingale.model.vllm import Server
+    temp = Path(tempfile.mkdtemp(prefix="t"))   # short: a socket's path has at most 107 bytes
+    try:
+        monkeypatch.setattr(tempfile, "tempdir", str(temp))
+        monkeypatch.setenv("TMPDIR", str(temp))
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+        server = Server.start(served[1] / "model", model_cfg())
+        try:
+            [scratch] = list(temp.iterdir())
+            assert scratch.name.startswith("vllm-") and any(scratch.iterdir())
+        finally:
+            server.stop()
+        assert list(temp.iterdir()) == []
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_a_temp_folder_too_long_for_vllms_sockets_is_not_given_to_the_server(monkeypatch):
+    """vLLM binds sockets at <TMPDIR>/<uuid4>: where that would pass 107 bytes, the server keeps the
+    caller's TMPDIR (as before) instead of failing to start."""
+    import tempfile
+
+    from martingale.model.vllm import _scratch_dir
+    short = Path(tempfile.mkdtemp(prefix="t"))
+    try:
+        (short / ("x" * 80)).mkdir()
+        monkeypatch.setattr(tempfile, "tempdir", str(short / ("x" * 80)))
+        assert _scratch_dir() is None and list((short / ("x" * 80)).iterdir()) == []
+        monkeypatch.setattr(tempfile, "tempdir", str(short))
+        assert Path(_scratch_dir()).parent == short
+    finally:
+        shutil.rmtree(short, ignore_errors=True)

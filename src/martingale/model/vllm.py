@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import time
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ if TYPE_CHECKING:   # the plan imports this module at parse time (schema.choices
     from .generate import Batch
 
 SEED_STRIDE = 100_003   # request i of a batch sampled with seed s uses seed s·100003 + i
+SOCKET_PATH_MAX = 107   # bytes of a Unix socket's path (sockaddr_un.sun_path less its NUL)
 LOG_TAIL = 12           # lines of the server log quoted when it dies
 _ERROR_LINE = re.compile(r"\b\w*(?:Error|Exception)\b:")   # "RuntimeError: …", "EngineDeadError: …"
 
@@ -118,21 +120,42 @@ def server_command(model_dir: Path, model_cfg: dict[str, Any], port: int) -> lis
             *[str(a) for a in v["extra_args"]]]
 
 
-def server_env(model_cfg: dict[str, Any]) -> dict[str, str]:
+def server_env(model_cfg: dict[str, Any], scratch: str | None = None) -> dict[str, str]:
     """The server's environment: this process's, without the job's thread counts (THREAD_VARS),
-    with runtime LoRA loading on and the CPU build's KV cache size."""
-    return {**{k: v for k, v in os.environ.items() if k not in THREAD_VARS},
-            "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
-            "VLLM_CPU_KVCACHE_SPACE": str(int(model_cfg["vllm"]["cpu_kv_cache_gib"]))}
+    with runtime LoRA loading on, the CPU build's KV cache size and ``scratch`` as its TMPDIR.
+    vLLM puts files there that nothing removes once the server is stopped (7 ZeroMQ sockets and
+    a torch.distributed rendezvous file a start), so ``stop`` removes the folder; torch's
+    compile cache stays where it was (TORCHINDUCTOR_CACHE_DIR), shared by the next start."""
+    import getpass
+    import tempfile
+    env = {**{k: v for k, v in os.environ.items() if k not in THREAD_VARS},
+           "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
+           "VLLM_CPU_KVCACHE_SPACE": str(int(model_cfg["vllm"]["cpu_kv_cache_gib"]))}
+    if scratch:
+        env["TORCHINDUCTOR_CACHE_DIR"] = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(
+            tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}")   # torch's default, before TMPDIR moves
+        env["TMPDIR"] = scratch
+    return env
+
+
+def _scratch_dir() -> str | None:
+    """A new TMPDIR for a server (server_env); None where vLLM's socket paths in it (``<dir>/<uuid4>``)
+    would pass the 107 bytes a Unix socket path may have: then the server shares the caller's."""
+    import tempfile
+    path = tempfile.mkdtemp(prefix="vllm-")
+    if len(os.fsencode(path)) + 1 + 36 > SOCKET_PATH_MAX:
+        os.rmdir(path)
+        return None
+    return path
 
 
 class Server:
     """One vLLM server: started here (``start``; ``stop`` ends it) or a user's (``model.server_url``)."""
 
     def __init__(self, url: str, model_cfg: dict[str, Any], proc: subprocess.Popen | None = None,
-                 log_path: Path | None = None):
+                 log_path: Path | None = None, scratch: str | None = None):
         import requests
-        self.url, self.proc, self.log_path = url.rstrip("/"), proc, log_path
+        self.url, self.proc, self.log_path, self.scratch = url.rstrip("/"), proc, log_path, scratch
         v = model_cfg["vllm"]
         self.timeout, self.retries = float(v["request_timeout_s"]), int(v["retries"])
         self.concurrency = int(v["concurrency"])
@@ -152,12 +175,17 @@ class Server:
         log_dir = Path("logs") / "vllm"
         log_dir.mkdir(parents=True, exist_ok=True)
         log_path = log_dir / f"{model_cfg['name']}-{os.getpid()}-{port}.log"
-        env = server_env(model_cfg)
-        with open(log_path, "w", encoding="utf-8") as log:
-            proc = subprocess.Popen(server_command(Path(model_dir).resolve(), model_cfg, port),
-                                    stdout=log, stderr=subprocess.STDOUT, env=env,
-                                    preexec_fn=_die_with_parent)
-        server = cls(f"http://127.0.0.1:{port}", model_cfg, proc, log_path)
+        scratch = _scratch_dir()
+        try:
+            with open(log_path, "w", encoding="utf-8") as log:
+                proc = subprocess.Popen(server_command(Path(model_dir).resolve(), model_cfg, port),
+                                        stdout=log, stderr=subprocess.STDOUT, env=server_env(model_cfg, scratch),
+                                        preexec_fn=_die_with_parent)
+        except BaseException:
+            if scratch:
+                shutil.rmtree(scratch, ignore_errors=True)
+            raise
+        server = cls(f"http://127.0.0.1:{port}", model_cfg, proc, log_path, scratch)
         try:
             server.wait_ready(float(v["startup_timeout_s"]))
         except BaseException:
@@ -227,12 +255,13 @@ class Server:
             return [r["choices"][0] for r in pool.map(lambda b: self.post("/v1/completions", b), bodies)]
 
     def stop(self) -> None:
-        """Stop a server started here: SIGTERM to its process group, SIGKILL after 30 s."""
+        """Stop a server started here: SIGTERM to its process group, SIGKILL after 30 s; then
+        remove its TMPDIR (server_env)."""
         import subprocess
         self.http.close()
-        if self.proc is None or self.proc.poll() is not None:
-            return
         try:
+            if self.proc is None or self.proc.poll() is not None:
+                return
             os.killpg(self.proc.pid, signal.SIGTERM)
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -240,6 +269,9 @@ class Server:
             self.proc.wait()
         except ProcessLookupError:
             pass
+        finally:
+            if self.scratch:
+                shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 @backend("vllm", section=Section("vllm", VLLMConfig, in_every_run=True))
