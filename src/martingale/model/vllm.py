@@ -248,10 +248,11 @@ class Server:
         self.check_alive()
         raise _stage_error(f"vLLM {path}: failed after {self.retries + 1} tries: {last}")
 
-    def complete(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """One ``/v1/completions`` request per body, ``concurrency`` in flight; the first choice of each."""
+    def complete(self, bodies: list[dict[str, Any]], concurrency: int | None = None) -> list[dict[str, Any]]:
+        """One ``/v1/completions`` request per body, ``concurrency`` (default ``vllm.concurrency``)
+        in flight; the first choice of each."""
         from concurrent.futures import ThreadPoolExecutor
-        with ThreadPoolExecutor(max_workers=max(1, self.concurrency)) as pool:
+        with ThreadPoolExecutor(max_workers=max(1, concurrency or self.concurrency)) as pool:
             return [r["choices"][0] for r in pool.map(lambda b: self.post("/v1/completions", b), bodies)]
 
     def stop(self) -> None:
@@ -321,13 +322,19 @@ class VLLMBackend:
         return ids
 
     def _generate(self, texts: list[str], max_new_tokens: int, temperature: float, seed: int | None,
-                  logprobs: bool = False, model: str | None = None) -> tuple[list[list[int]], list[dict]]:
+                  logprobs: bool = False, model: str | None = None,
+                  alone: bool = False) -> tuple[list[list[int]], list[dict]]:
+        """Token ids of the texts and the server's choice for each. ``alone``: one request at a
+        time, each with a cache salt of its own (no prefix-cache hit), so each is computed the same
+        way whatever else the server has seen or is doing (the guards' reads)."""
+        import uuid
         prompts = self._ids(texts)
         bodies = [{"model": model or self.served, "prompt": p, "max_tokens": int(max_new_tokens),
                    "temperature": float(temperature), "return_token_ids": True,
                    **({"seed": seed * SEED_STRIDE + i} if seed is not None else {}),
-                   **({"logprobs": 0} if logprobs else {})} for i, p in enumerate(prompts)]
-        choices = self.server.complete(bodies)
+                   **({"logprobs": 0} if logprobs else {}),
+                   **({"cache_salt": uuid.uuid4().hex} if alone else {})} for i, p in enumerate(prompts)]
+        choices = self.server.complete(bodies, concurrency=1 if alone else None)
         return prompts, choices
 
     def sample(self, prompts: list[str], max_new_tokens: int, temperature: float, seed: int) -> "Batch":
@@ -381,8 +388,11 @@ class VLLMBackend:
 
     # -- guards --------------------------------------------------------------------------------
     def _greedy_logprobs(self, texts: list[str], model: str, tokens: int = 8) -> list[tuple[list[int], list[float]]]:
-        """Each text's greedy continuation from ``model`` (a base or adapter name): (ids, log-probs)."""
-        _, choices = self._generate(texts, tokens, 0.0, None, logprobs=True, model=model)
+        """Each text's greedy continuation from ``model`` (a base or adapter name): (ids, log-probs).
+        Read alone (``_generate``): concurrent probes were batched as they happened to arrive, and
+        under load a zero adapter's log-probs moved by more than ``adapter_floor`` from the base's
+        (test_smollm2_vllm's no-op adapter passed the guard in 3 of 4 runs beside two busy cores)."""
+        _, choices = self._generate(texts, tokens, 0.0, None, logprobs=True, model=model, alone=True)
         return [(self._completion_ids(c), [x for x in c["logprobs"]["token_logprobs"] if x is not None])
                 for c in choices]
 
