@@ -7,6 +7,7 @@ server test here is slow (the server takes ~1 min to start on 2 cores)."""
 from __future__ import annotations
 
 import copy
+import os
 import re
 import shutil
 from pathlib import Path
@@ -324,6 +325,11 @@ def test_the_server_gets_its_own_tmpdir_and_keeps_the_shared_compile_cache(monke
     env = server_env({"vllm": {"cpu_kv_cache_gib": 1}}, "/scratch")
     assert env["TMPDIR"] == "/scratch"
     assert env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / f"torchinductor_{getpass.getuser()}")
+    def no_user_name():
+        raise KeyError("getpwuid(): uid not found")   # a container's uid with no passwd entry
+    monkeypatch.setattr(getpass, "getuser", no_user_name)
+    env = server_env({"vllm": {"cpu_kv_cache_gib": 1}}, "/scratch")
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / f"torchinductor_uid_{os.getuid()}")
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/mine")
     assert server_env({"vllm": {"cpu_kv_cache_gib": 1}}, "/scratch")["TORCHINDUCTOR_CACHE_DIR"] == "/mine"
 
@@ -346,6 +352,28 @@ def test_a_stopped_server_leaves_nothing_in_the_temp_folder(tmp_path, served, mo
             assert scratch.name.startswith("vllm-") and any(scratch.iterdir())
         finally:
             server.stop()
+        assert list(temp.iterdir()) == []
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_a_server_that_cannot_be_launched_leaves_no_temp_folder(tmp_path, monkeypatch):
+    """The server's TMPDIR is made before its process: a launch that fails (here model.vllm.python
+    is a file but not a program) removes it again and raises."""
+    import tempfile
+
+    import martingale.model.load  # noqa: F401  (start imports it; importing torch's compiler makes its cache folder in TMPDIR)
+    from martingale.model.vllm import Server, _scratch_dir
+    temp = Path(tempfile.mkdtemp(prefix="t"))   # short: a longer one gets no TMPDIR of its own (_scratch_dir)
+    try:
+        monkeypatch.setattr(tempfile, "tempdir", str(temp))
+        os.rmdir(_scratch_dir())                 # one is made here
+        monkeypatch.chdir(tmp_path)
+        cfg = copy.deepcopy(model_cfg())
+        cfg["vllm"]["python"] = str(tmp_path / "python")
+        (tmp_path / "python").write_text("not a program")
+        with pytest.raises(PermissionError):
+            Server.start(tmp_path / "model", cfg)
         assert list(temp.iterdir()) == []
     finally:
         shutil.rmtree(temp, ignore_errors=True)

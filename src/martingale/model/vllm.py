@@ -126,16 +126,26 @@ def server_env(model_cfg: dict[str, Any], scratch: str | None = None) -> dict[st
     vLLM puts files there that nothing removes once the server is stopped (7 ZeroMQ sockets and
     a torch.distributed rendezvous file a start), so ``stop`` removes the folder; torch's
     compile cache stays where it was (TORCHINDUCTOR_CACHE_DIR), shared by the next start."""
-    import getpass
-    import tempfile
     env = {**{k: v for k, v in os.environ.items() if k not in THREAD_VARS},
            "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
            "VLLM_CPU_KVCACHE_SPACE": str(int(model_cfg["vllm"]["cpu_kv_cache_gib"]))}
     if scratch:
-        env["TORCHINDUCTOR_CACHE_DIR"] = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(
-            tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}")   # torch's default, before TMPDIR moves
+        env["TORCHINDUCTOR_CACHE_DIR"] = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or _inductor_default()
         env["TMPDIR"] = scratch
     return env
+
+
+def _inductor_default() -> str:
+    """torch's default compile cache, ``<temp folder>/torchinductor_<user>`` (its
+    cache_dir_utils.default_cache_dir, whose import takes ~0.9 s and creates the folder), fixed
+    before the server's TMPDIR moves; a uid with no user name is ``uid_<n>`` there too."""
+    import getpass
+    import tempfile
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid_{os.getuid()}"
+    return os.path.join(tempfile.gettempdir(), f"torchinductor_{user}")
 
 
 def _scratch_dir() -> str | None:
@@ -175,18 +185,12 @@ class Server:
         log_dir = Path("logs") / "vllm"
         log_dir.mkdir(parents=True, exist_ok=True)
         log_path = log_dir / f"{model_cfg['name']}-{os.getpid()}-{port}.log"
-        scratch = _scratch_dir()
-        try:
+        server = cls(f"http://127.0.0.1:{port}", model_cfg, None, log_path, _scratch_dir())
+        try:   # any failure from here stops what started and removes the server's TMPDIR (stop)
             with open(log_path, "w", encoding="utf-8") as log:
-                proc = subprocess.Popen(server_command(Path(model_dir).resolve(), model_cfg, port),
-                                        stdout=log, stderr=subprocess.STDOUT, env=server_env(model_cfg, scratch),
-                                        preexec_fn=_die_with_parent)
-        except BaseException:
-            if scratch:
-                shutil.rmtree(scratch, ignore_errors=True)
-            raise
-        server = cls(f"http://127.0.0.1:{port}", model_cfg, proc, log_path, scratch)
-        try:
+                server.proc = subprocess.Popen(server_command(Path(model_dir).resolve(), model_cfg, port),
+                                               stdout=log, stderr=subprocess.STDOUT,
+                                               env=server_env(model_cfg, server.scratch), preexec_fn=_die_with_parent)
             server.wait_ready(float(v["startup_timeout_s"]))
         except BaseException:
             server.stop()
