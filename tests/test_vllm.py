@@ -367,7 +367,9 @@ def test_a_server_that_cannot_be_launched_leaves_no_temp_folder(tmp_path, monkey
     temp = Path(tempfile.mkdtemp(prefix="t"))   # short: a longer one gets no TMPDIR of its own (_scratch_dir)
     try:
         monkeypatch.setattr(tempfile, "tempdir", str(temp))
-        os.rmdir(_scratch_dir())                 # one is made here
+        made = _scratch_dir()                    # one is made here
+        shutil.rmtree(made.path)
+        os.close(made.lock)
         monkeypatch.chdir(tmp_path)
         cfg = copy.deepcopy(model_cfg())
         cfg["vllm"]["python"] = str(tmp_path / "python")
@@ -391,6 +393,37 @@ def test_a_temp_folder_too_long_for_vllms_sockets_is_not_given_to_the_server(mon
         monkeypatch.setattr(tempfile, "tempdir", str(short / ("x" * 80)))
         assert _scratch_dir() is None and list((short / ("x" * 80)).iterdir()) == []
         monkeypatch.setattr(tempfile, "tempdir", str(short))
-        assert Path(_scratch_dir()).parent == short
+        assert Path(_scratch_dir().path).parent == short
     finally:
         shutil.rmtree(short, ignore_errors=True)
+
+
+def test_a_server_folder_left_by_a_killed_stage_is_removed_at_the_next_start(monkeypatch):
+    """A stage killed with SIGKILL never runs stop(): its server's TMPDIR (sockets and all) is
+    removed by the next start, once no process holds its lock; a live stage's is kept."""
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+
+    from martingale.model.vllm import _scratch_dir
+    temp = Path(tempfile.mkdtemp(prefix="t"))
+    hold = ("import sys, tempfile, time; tempfile.tempdir = sys.argv[1]; from martingale.model.vllm import _scratch_dir; "
+            "print(_scratch_dir().path, flush=True); time.sleep(60)")
+    stages = [subprocess.Popen([sys.executable, "-c", hold, str(temp)], stdout=subprocess.PIPE, text=True)
+              for _ in range(2)]
+    try:
+        killed, alive = (Path(s.stdout.readline().strip()) for s in stages)
+        (killed / "socket").touch()
+        stages[0].send_signal(signal.SIGKILL)
+        stages[0].wait()
+        monkeypatch.setattr(tempfile, "tempdir", str(temp))
+        mine = _scratch_dir()
+        assert not killed.exists() and alive.is_dir() and Path(mine.path).is_dir()
+        assert sorted(temp.iterdir()) == sorted([alive, Path(mine.path)])
+        os.close(mine.lock)
+    finally:
+        for s in stages:
+            s.kill()
+            s.wait()
+        shutil.rmtree(temp, ignore_errors=True)

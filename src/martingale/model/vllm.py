@@ -30,7 +30,7 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..domains import COUNT, NONNEG, POSITIVE, Args, Int, PathValue, Real, Section, setting
 from ..threads import THREAD_VARS
@@ -124,7 +124,8 @@ def server_env(model_cfg: dict[str, Any], scratch: str | None = None) -> dict[st
     """The server's environment: this process's, without the job's thread counts (THREAD_VARS),
     with runtime LoRA loading on, the CPU build's KV cache size and ``scratch`` as its TMPDIR.
     vLLM puts files there that nothing removes once the server is stopped (7 ZeroMQ sockets and
-    a torch.distributed rendezvous file a start), so ``stop`` removes the folder; torch's
+    a torch.distributed rendezvous file a start), so ``stop`` removes the folder (the next start,
+    where the stage was killed before it could: _sweep_scratch); torch's
     compile cache stays where it was (TORCHINDUCTOR_CACHE_DIR), shared by the next start."""
     env = {**{k: v for k, v in os.environ.items() if k not in THREAD_VARS},
            "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
@@ -148,22 +149,60 @@ def _inductor_default() -> str:
     return os.path.join(tempfile.gettempdir(), f"torchinductor_{user}")
 
 
-def _scratch_dir() -> str | None:
-    """A new TMPDIR for a server (server_env); None where vLLM's socket paths in it (``<dir>/<uuid4>``)
-    would pass the 107 bytes a Unix socket path may have: then the server shares the caller's."""
+OWNER = ".owner"    # in a server's TMPDIR: locked (flock) by the process that started the server, for its life
+
+
+class Scratch(NamedTuple):
+    """A server's TMPDIR and the open file whose lock says it is in use (released when its process
+    ends, SIGKILL included)."""
+    path: str
+    lock: int
+
+
+def _scratch_dir() -> Scratch | None:
+    """A new TMPDIR for a server (server_env), locked by this process, after removing those no live
+    process holds (_sweep_scratch); None where vLLM's socket paths in it (``<dir>/<uuid4>``) would
+    pass the 107 bytes a Unix socket path may have: then the server shares the caller's."""
+    import fcntl
     import tempfile
+    _sweep_scratch()
     path = tempfile.mkdtemp(prefix="vllm-")
     if len(os.fsencode(path)) + 1 + 36 > SOCKET_PATH_MAX:
         os.rmdir(path)
         return None
-    return path
+    fd = os.open(os.path.join(path, OWNER + ".new"), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.rename(os.path.join(path, OWNER + ".new"), os.path.join(path, OWNER))   # named once locked
+    return Scratch(path, fd)
+
+
+def _sweep_scratch() -> None:
+    """Remove the servers' TMPDIRs in the temp folder whose lock no process holds: a stage killed
+    with SIGKILL (an OOM kill, a cluster's time limit) never ran ``stop``. Another user's folders
+    cannot be opened and are left alone."""
+    import fcntl
+    import glob
+    import tempfile
+    for folder in glob.glob(os.path.join(glob.escape(tempfile.gettempdir()), "vllm-*")):
+        try:
+            fd = os.open(os.path.join(folder, OWNER), os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:              # not ours, or not a server's (yet)
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:              # held: its server's stage is alive
+            continue
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+        finally:
+            os.close(fd)
 
 
 class Server:
     """One vLLM server: started here (``start``; ``stop`` ends it) or a user's (``model.server_url``)."""
 
     def __init__(self, url: str, model_cfg: dict[str, Any], proc: subprocess.Popen | None = None,
-                 log_path: Path | None = None, scratch: str | None = None):
+                 log_path: Path | None = None, scratch: Scratch | None = None):
         import requests
         self.url, self.proc, self.log_path, self.scratch = url.rstrip("/"), proc, log_path, scratch
         v = model_cfg["vllm"]
@@ -190,7 +229,7 @@ class Server:
             with open(log_path, "w", encoding="utf-8") as log:
                 server.proc = subprocess.Popen(server_command(Path(model_dir).resolve(), model_cfg, port),
                                                stdout=log, stderr=subprocess.STDOUT,
-                                               env=server_env(model_cfg, server.scratch), preexec_fn=_die_with_parent)
+                                               env=server_env(model_cfg, server.scratch and server.scratch.path), preexec_fn=_die_with_parent)
             server.wait_ready(float(v["startup_timeout_s"]))
         except BaseException:
             server.stop()
@@ -276,7 +315,9 @@ class Server:
             pass
         finally:
             if self.scratch:
-                shutil.rmtree(self.scratch, ignore_errors=True)
+                shutil.rmtree(self.scratch.path, ignore_errors=True)
+                os.close(self.scratch.lock)
+                self.scratch = None
 
 
 @backend("vllm", section=Section("vllm", VLLMConfig, in_every_run=True))
