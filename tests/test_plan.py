@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -226,6 +229,27 @@ def test_a_stage_feeding_a_longer_chain_gets_a_higher_priority(campaign):
                                      default=0)
         if st.kind == "evaluate":
             assert depth[sid] == 1
+
+
+def test_a_stage_of_several_threads_outranks_as_many_one_thread_stages_together(campaign):
+    # it starts only when its cores are free at once: ranked by chain length alone it waited for the end
+    prio, depth = campaign.priorities(), campaign.chain_lengths()
+    threads = {sid: st.resources["threads"] for sid, st in campaign.stages.items()}
+    wide = [sid for sid in prio if threads[sid] > 1]
+    narrow = max(prio[sid] for sid in prio if threads[sid] == 1)
+    assert wide and all(prio[sid] > threads[sid] * narrow for sid in wide)
+    assert all(prio[sid] == depth[sid] for sid in prio if threads[sid] == 1)
+    assert all(prio[a] > prio[b] for a in wide for b in wide if threads[a] == threads[b] and depth[a] > depth[b])
+
+
+@pytest.mark.slow
+def test_snakemake_schedules_each_stage_at_its_plan_priority(proj):
+    res = subprocess.run([str(Path(sys.executable).with_name("snakemake")), "-n", "--cores", "2", "results/D/eval.json"],
+                         cwd=proj, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    printed = dict(re.findall(r"wildcards: sid=(\S+)\s+priority: (\d+)", res.stdout + res.stderr))
+    prio = Plan.load(proj).priorities()
+    assert len(printed) >= 3 and {sid: int(p) for sid, p in printed.items()} == {sid: prio[sid] for sid in printed}
 
 
 def test_a_kinds_resources_are_constants_only_where_all_its_stages_agree(proj):

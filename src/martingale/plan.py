@@ -259,6 +259,7 @@ class Plan:
         self._labels: dict[str, str] = {}      # stage id -> its role, e.g. "train-s1", "eval-s0"
         self._runs_info: dict[str, dict] = {}  # run id -> model, start, stage chain, seeds, hash
         self._chain_lengths: Optional[dict[str, int]] = None
+        self._priorities: Optional[dict[str, int]] = None
         self._kind_resources: Optional[dict[str, dict[str, Any]]] = None
         self._identity: dict[str, dict] = {}          # run id -> run_identity of its config (the aggregate's param)
         self._stage_needs: dict[str, set[Need]] = {}   # stage id -> its needs, found once (a stage is in many chains)
@@ -396,6 +397,20 @@ class Plan:
                     depth[upstream] = max(depth[upstream], depth[sid] + 1)
             self._chain_lengths = depth
         return self._chain_lengths
+
+    def priorities(self) -> dict[str, int]:
+        """Stage id → its Snakemake priority: its chain length (chain_lengths), plus n × the longest
+        chain for a stage asking for n > 1 threads, which so outranks any n one-thread stages
+        together. Such a stage starts only when n cores are free at once, and Snakemake fills a
+        core the moment it frees: ranked by chain length alone, the miscalibrated teacher's
+        pretrain (2 threads) waited until minute 29.8 of a 32.4-minute campaign, then its chain
+        ran alone at the end."""
+        if self._priorities is None:
+            depth = self.chain_lengths()
+            longest = max(depth.values(), default=1)
+            self._priorities = {sid: depth[sid] + (n * longest if (n := int(st.resources.get("threads") or 1)) > 1 else 0)
+                                for sid, st in self.stages.items()}
+        return self._priorities
 
     def kind_resources(self, kind: str) -> dict[str, Any]:
         """The resources every stage of this kind asks for alike (key → value; ``None``: no stage

@@ -89,8 +89,9 @@ def stage_threads(wildcards):
 
 @per_job
 def stage_priority(wildcards):
-    """Long chains first (plan.chain_lengths): with -c2 both cores stay busy to the end."""
-    return PLAN.chain_lengths()[wildcards.sid]
+    """Long chains first, a stage of several threads before them (plan.priorities): with -c2 both
+    cores stay busy to the end."""
+    return PLAN.priorities()[wildcards.sid]
 
 
 @per_job
