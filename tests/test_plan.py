@@ -2,9 +2,6 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -240,16 +237,6 @@ def test_a_stage_of_several_threads_outranks_as_many_one_thread_stages_together(
     assert wide and all(prio[sid] > threads[sid] * narrow for sid in wide)
     assert all(prio[sid] == depth[sid] for sid in prio if threads[sid] == 1)
     assert all(prio[a] > prio[b] for a in wide for b in wide if threads[a] == threads[b] and depth[a] > depth[b])
-
-
-@pytest.mark.slow
-def test_snakemake_schedules_each_stage_at_its_plan_priority(proj):
-    res = subprocess.run([str(Path(sys.executable).with_name("snakemake")), "-n", "--cores", "2", "results/D/eval.json"],
-                         cwd=proj, capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr[-3000:]
-    printed = dict(re.findall(r"wildcards: sid=(\S+)\s+priority: (\d+)", res.stdout + res.stderr))
-    prio = Plan.load(proj).priorities()
-    assert len(printed) >= 3 and {sid: int(p) for sid, p in printed.items()} == {sid: prio[sid] for sid in printed}
 
 
 def test_a_kinds_resources_are_constants_only_where_all_its_stages_agree(proj):

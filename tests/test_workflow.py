@@ -48,6 +48,14 @@ def test_dry_run_of_all_lists_each_distinct_stage_once(proj):
     assert not (proj / "results").exists()
 
 
+def test_snakemake_schedules_each_stage_at_its_plan_priority(proj):
+    res = snakemake(proj, "-n", "--cores", "2", "results/D/eval.json")
+    assert res.returncode == 0, res.stderr[-3000:]
+    printed = dict(re.findall(r"wildcards: sid=(\S+)\s+priority: (\d+)", res.stdout + res.stderr))
+    prio = Plan.load(proj).priorities()
+    assert len(printed) >= 3 and {sid: int(p) for sid, p in printed.items()} == {sid: prio[sid] for sid in printed}
+
+
 def test_invalid_runs_are_not_built(proj):
     write_run(proj, "twostage-v2-k3.yaml",
               "parent: twostage-v2-D-snap\nknob: seeds=[41,42,43]\ninvalid: \"seed 41 used the wrong split\"\n")
