@@ -54,7 +54,8 @@ def _linear(mod: nn.Module) -> Linear | None:
         if (a is None or b is None or name in mod.lora_variant or type(mod.lora_dropout[name]) is not nn.Identity
                 or mod.lora_A[name].weight.dtype != mod.base_layer.weight.dtype):
             return None
-        adapters.append((a, b, mod.scaling[name]))
+        adapters.append((a, b, _constant(mod.scaling[name], mod.base_layer.weight.dtype,
+                                           mod.base_layer.weight.device)))
     if not adapters:
         return base
 
@@ -66,21 +67,27 @@ def _linear(mod: nn.Module) -> Linear | None:
     return lora
 
 
+def _constant(value: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A Python float as the 0-dim tensor that ``x * value`` or ``x + value`` (x of ``dtype``) casts
+    it to: the same values, without a cast in every op of every decode step."""
+    return torch.tensor(value, dtype=dtype, device=device)
+
+
 @dataclass
 class _Layer:
-    norm1: tuple[torch.Tensor, float]
+    norm1: tuple[torch.Tensor, torch.Tensor]
     q: Linear
     k: Linear
     v: Linear
     o: Linear
-    norm2: tuple[torch.Tensor, float]
+    norm2: tuple[torch.Tensor, torch.Tensor]
     gate: Linear
     up: Linear
     down: Linear
 
 
-def _rms(x: torch.Tensor, norm: tuple[torch.Tensor, float]) -> torch.Tensor:
-    """LlamaRMSNorm: w · x / sqrt(mean(x²) + ε), in float32."""
+def _rms(x: torch.Tensor, norm: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """LlamaRMSNorm: w · x / sqrt(mean(x²) + ε), in float32 (ε a float32 0-dim tensor)."""
     weight, eps = norm
     dtype = x.dtype
     h = x.to(torch.float32)
@@ -89,9 +96,17 @@ def _rms(x: torch.Tensor, norm: tuple[torch.Tensor, float]) -> torch.Tensor:
     return weight * h.to(dtype)
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+def _norm(mod: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    """An RMSNorm's weight and ε, ε as the float32 0-dim tensor its forward adds."""
+    return mod.weight, _constant(mod.variance_epsilon, torch.float32, mod.weight.device)
+
+
+def _rope_sin(sin: torch.Tensor) -> torch.Tensor:
+    """sin with its first half negated: x · cos + rotate_half(x) · sin, rotate_half(x) = [−x₂, x₁],
+    is x · cos + roll(x, half) · [−sin₁, sin₂] to the bit ((−a)·b = a·(−b) in IEEE arithmetic),
+    one roll per query and key instead of two slices, a negation and a cat."""
+    half = sin.shape[-1] // 2
+    return torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
 
 
 def _plain_module(mod: nn.Module, cls: type) -> bool:
@@ -130,7 +145,7 @@ class Lean:
     """One model's layers as plain callables, read off the modules as they are now (an adapter
     disabled by ``disable_adapter()`` is read as off): build one per call, it is cheap."""
 
-    def __init__(self, embed: nn.Embedding, layers: list[_Layer], norm: tuple[torch.Tensor, float],
+    def __init__(self, embed: nn.Embedding, layers: list[_Layer], norm: tuple[torch.Tensor, torch.Tensor],
                  lm_head: Linear, inv_freq: torch.Tensor, rope_scale: float, heads: int, head_dim: int) -> None:
         self.embed, self.layers, self.norm, self.lm_head = embed, layers, norm, lm_head
         self.inv_freq, self.rope_scale = inv_freq, rope_scale
@@ -170,13 +185,12 @@ class Lean:
                                         mlp.gate_proj, mlp.up_proj, mlp.down_proj)]
             if any(f is None for f in fns):
                 return None
-            layers.append(_Layer((layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon),
-                                 *fns[:4], (layer.post_attention_layernorm.weight,
-                                            layer.post_attention_layernorm.variance_epsilon), *fns[4:]))
+            layers.append(_Layer(_norm(layer.input_layernorm), *fns[:4], _norm(layer.post_attention_layernorm),
+                                 *fns[4:]))
         head = _linear(base.lm_head)
         if head is None or not _plain_module(inner.norm, ml.LlamaRMSNorm):
             return None
-        return cls(inner.embed_tokens, layers, (inner.norm.weight, inner.norm.variance_epsilon), head,
+        return cls(inner.embed_tokens, layers, _norm(inner.norm), head,
                    inner.rotary_emb.inv_freq, inner.rotary_emb.attention_scaling,
                    cfg.num_attention_heads, inner.layers[0].self_attn.head_dim)
 
@@ -193,8 +207,11 @@ class Lean:
         mask = self._mask(attention_mask, batch, q_len, past + q_len, past)
         freqs = position_ids[..., None].float() * self.inv_freq.to(device=hidden.device, dtype=torch.float)
         both = torch.cat((freqs, freqs), dim=-1)
-        cos = (both.cos() * self.rope_scale).to(dtype=hidden.dtype).unsqueeze(1)
-        sin = (both.sin() * self.rope_scale).to(dtype=hidden.dtype).unsqueeze(1)
+        cos, sin = both.cos(), both.sin()
+        if self.rope_scale != 1.0:          # x · 1.0 is x, to the bit: the op is skipped, not approximated
+            cos, sin = cos * self.rope_scale, sin * self.rope_scale
+        cos, sin = cos.to(dtype=hidden.dtype).unsqueeze(1), sin.to(dtype=hidden.dtype).unsqueeze(1)
+        sin, half = _rope_sin(sin), self.head_dim // 2
         shape = (batch, q_len, -1, self.head_dim)
         for i, layer in enumerate(self.layers):
             residual = hidden
@@ -202,8 +219,8 @@ class Lean:
             q = layer.q(h).view(shape).transpose(1, 2)
             k = layer.k(h).view(shape).transpose(1, 2)
             v = layer.v(h).view(shape).transpose(1, 2)
-            q = (q * cos) + (_rotate_half(q) * sin)
-            k = (k * cos) + (_rotate_half(k) * sin)
+            q = (q * cos) + (q.roll(half, -1) * sin)
+            k = (k * cos) + (k.roll(half, -1) * sin)
             if cache is not None:
                 k, v = cache.update(i, past, k, v)
             is_causal = q_len > 1 and mask is None
@@ -232,6 +249,8 @@ class Lean:
                 padding = F.pad(padding, (0, extra))
         if (q_len == 1 or kv_len == q_len) and (padding is None or bool(padding.all())):
             return None
+        if q_len == 1:      # a decode step: its query sees every key before it, so causal & padding is padding
+            return padding[:, None, None, :]
         if past == 0 and (padding is None or (bool(padding[:, :q_len].all()) and bool((~padding[:, q_len:]).all()))):
             return None
         device = padding.device if padding is not None else None
@@ -242,37 +261,47 @@ class Lean:
             mask = mask & padding[torch.arange(batch, device=device)[:, None, None, None], kv_idx[None, None, None, :]]
         return mask.expand(batch, -1, q_len, kv_len)
 
-    @torch.no_grad()
     def sample(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int,
                temperature: float, pad_token_id: int, eos_token_id: int) -> torch.Tensor:
         """``generate(input_ids, attention_mask, do_sample=temperature > 0, temperature, top_k=0,
         top_p=1, max_new_tokens, pad/eos)``: prompt and completion ids, [B, P + new]; rows that
         ended are padded, the loop stops when every row has. Draws from torch's global generator
-        exactly as generate does (one multinomial over the batch per step)."""
+        exactly as generate does (one multinomial over the batch per step). Runs in inference mode
+        (no autograd bookkeeping in each of a decode step's ~300 small ops: ~8% of its time) and
+        returns a normal tensor, which a loss may take in."""
+        with torch.inference_mode():
+            ids = self._sample(input_ids, attention_mask, max_new_tokens, temperature, pad_token_id, eos_token_id)
+        return ids.clone()
+
+    def _sample(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int,
+                temperature: float, pad_token_id: int, eos_token_id: int) -> torch.Tensor:
         position_ids = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)
-        mask = None if bool(attention_mask.all()) else attention_mask   # generate drops an all-ones mask
-        cache = Cache(input_ids.shape[1] + max_new_tokens)
-        logits = self.forward(input_ids, mask, position_ids, cache, logits_to_keep=1)
-        unfinished = torch.ones(input_ids.shape[0], dtype=torch.long, device=input_ids.device)
+        batch, width = input_ids.shape
+        padded = None                                                # generate drops an all-ones mask
+        if not bool(attention_mask.all()):                           # the prompts' mask, then ones: sliced per step
+            padded = F.pad(attention_mask.to(dtype=torch.bool), (0, max_new_tokens), value=True)
+        cache = Cache(width + max_new_tokens)
+        logits = self.forward(input_ids, attention_mask if padded is not None else None, position_ids, cache,
+                              logits_to_keep=1)
+        finished = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
+        temperature_t = _constant(temperature, torch.float32, input_ids.device)
         out = [input_ids]
         last = position_ids[..., -1:]
         for step in range(max_new_tokens):
             if step:
-                last = torch.arange(1, dtype=last.dtype, device=last.device).view(1, -1) + last + 1
-                if mask is not None:
-                    mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
-                logits = self.forward(out[-1].clone(memory_format=torch.contiguous_format), mask, last, cache,
-                                      logits_to_keep=1)
-            scores = logits[:, -1].to(copy=True, dtype=torch.float32)
+                last = last + 1
+                mask = padded[:, :width + step] if padded is not None else None
+                logits = self.forward(out[-1], mask, last, cache, logits_to_keep=1)
+            scores = logits[:, -1].to(dtype=torch.float32)
             if temperature > 0:
                 if temperature != 1.0:
-                    scores = scores / temperature
+                    scores = scores / temperature_t
                 tokens = torch.multinomial(F.softmax(scores, dim=-1), num_samples=1).squeeze(1)
             else:
                 tokens = torch.argmax(scores, dim=-1)
-            tokens = tokens * unfinished + pad_token_id * (1 - unfinished)
+            tokens = tokens.masked_fill(finished, pad_token_id)     # a row that ended is padded
             out.append(tokens[:, None])
-            unfinished = unfinished & ~(tokens == eos_token_id)
-            if unfinished.max() == 0:
+            finished = finished | (tokens == eos_token_id)
+            if bool(finished.all()):
                 break
         return torch.cat(out, dim=-1)
