@@ -65,6 +65,17 @@ def test_lean_sampling_draws_generates_tokens_to_the_bit(sharp, default_cfg, sam
             assert torch.equal(torch.rand(4), after_generate)   # the generator left where generate leaves it
 
 
+def test_lean_samples_are_ordinary_tensors_a_loss_can_take_in(sharp, default_cfg):
+    """The sampler runs in inference mode, but hands back an ordinary tensor: the policy's forward
+    with grad (which keeps its input ids for the backward pass) takes the sampled ids as they are."""
+    policy, tok = sharp
+    enc = tok(_prompts(default_cfg, 8, False), return_tensors="pt", padding=True, add_special_tokens=False)
+    ids = Lean.of(policy).sample(enc["input_ids"], enc["attention_mask"], 6, 1.0, tok.pad_token_id, tok.eos_token_id)
+    assert not ids.is_inference()
+    attn = torch.ones_like(ids)
+    generate.forward(policy, ids, attn, attn.cumsum(1) - 1).float().sum().backward()
+
+
 def test_lean_sampling_with_the_adapter_disabled_draws_the_base_models_tokens(sharp, default_cfg):
     policy, tok = sharp
     enc = tok(_prompts(default_cfg, 16, False), return_tensors="pt", padding=True, add_special_tokens=False)
