@@ -408,7 +408,7 @@ class Plan:
         if self._priorities is None:
             depth = self.chain_lengths()
             longest = max(depth.values(), default=1)
-            self._priorities = {sid: depth[sid] + (n * longest if (n := int(st.resources.get("threads") or 1)) > 1 else 0)
+            self._priorities = {sid: depth[sid] + (n * longest if (n := st.resources["threads"]) > 1 else 0)
                                 for sid, st in self.stages.items()}
         return self._priorities
 

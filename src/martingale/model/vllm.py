@@ -170,9 +170,10 @@ def _scratch_dir() -> Scratch | None:
     if len(os.fsencode(path)) + 1 + 36 > SOCKET_PATH_MAX:
         os.rmdir(path)
         return None
-    fd = os.open(os.path.join(path, OWNER + ".new"), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    unnamed = os.path.join(path, OWNER + ".new")
+    fd = os.open(unnamed, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
-    os.rename(os.path.join(path, OWNER + ".new"), os.path.join(path, OWNER))   # named once locked
+    os.rename(unnamed, os.path.join(path, OWNER))   # named once locked
     return Scratch(path, fd)
 
 
@@ -229,7 +230,8 @@ class Server:
             with open(log_path, "w", encoding="utf-8") as log:
                 server.proc = subprocess.Popen(server_command(Path(model_dir).resolve(), model_cfg, port),
                                                stdout=log, stderr=subprocess.STDOUT,
-                                               env=server_env(model_cfg, server.scratch and server.scratch.path), preexec_fn=_die_with_parent)
+                                               env=server_env(model_cfg, server.scratch.path if server.scratch else None),
+                                               preexec_fn=_die_with_parent)
             server.wait_ready(float(v["startup_timeout_s"]))
         except BaseException:
             server.stop()
