@@ -160,15 +160,17 @@ def test_a_connection_dropped_every_time_is_a_failure_naming_the_error(flaky, tm
 
 @pytest.mark.parametrize("backoff_s, retries, waits", [(0.5, 4, [0.5, 1.0, 2.0, 4.0]),
                                                        (20.0, 3, [20.0, 30.0, 30.0])])
-def test_retries_back_off_exponentially_from_backoff_s_capped_at_30_seconds(flaky, tmp_path, monkeypatch,
-                                                                            backoff_s, retries, waits):
+def test_retries_back_off_exponentially_from_backoff_s_capped_at_30_seconds_plus_jitter(
+        flaky, tmp_path, monkeypatch, backoff_s, retries, waits):
     from martingale.model import api_client
     slept: list[float] = []
     monkeypatch.setattr(api_client.time, "sleep", slept.append)   # the schedule, not the wall clock
     server = flaky(*["500"] * retries)
     judge = ApiJudge(judge_cfg(server.url, tmp_path, retries=retries, backoff_s=backoff_s))
     assert judge.ask("patience") == "0.25 end"
-    assert slept == waits and len(server.seen) == retries + 1
+    assert len(slept) == len(waits) and len(server.seen) == retries + 1
+    assert all(w <= s <= w * (1 + api_client.JITTER) for s, w in zip(slept, waits)), (slept, waits)
+    assert len(set(s / w for s, w in zip(slept, waits))) == len(waits), "each wait is jittered on its own"
 
 
 @pytest.mark.parametrize("concurrency", [1, 3])

@@ -2,6 +2,7 @@
 input whose files do not match (a corrupted cached artifact is never used)."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -104,7 +105,7 @@ def test_a_stage_killed_after_its_body_finished_leaves_no_folder_behind(tmp_path
 
 
 @pytest.mark.parametrize("which", ["evals", "parent_evals", "natural_evals"])
-def test_the_aggregate_refuses_a_corrupted_eval_folder_before_reading_any(tmp_path, monkeypatch, which):
+def test_the_aggregate_refuses_a_corrupted_eval_folder_before_reading_any(tmp_path, monkeypatch, capsys, which):
     """workflow/scripts/aggregate.py, as Snakemake runs it: a run's, its parent's or the natural
     model's eval folder whose files differ from its manifest fails the aggregate, naming the file,
     and no results/<run>/ file is written."""
@@ -122,7 +123,10 @@ def test_the_aggregate_refuses_a_corrupted_eval_folder_before_reading_any(tmp_pa
                                                       for k, v in folders.items()}),
         output=SimpleNamespace(evals=str(run / "eval.json"), landed=str(run / "landed.json")),
         log=[str(tmp_path / "logs/aggregate/child.log")], wildcards=SimpleNamespace(run="child"))
-    with pytest.raises(CorruptArtifact, match=r"evaluate-b{12}/stage\.json: .*the manifest.*then rebuild$"):
+    with pytest.raises(SystemExit) as info:
         runpy.run_path(str(REPO / "workflow/scripts/aggregate.py"), init_globals={"snakemake": job})
-    assert not run.exists()
+    assert info.value.code == 1 and not run.exists()
+    (line,) = capsys.readouterr().err.splitlines()
+    assert re.search(r"^martingale: job child failed: CorruptArtifact: .*evaluate-b{12}/stage\.json: .*the manifest"
+                     r".*then rebuild \(traceback in .*logs/aggregate/child\.log\)$", line), line
     assert "CorruptArtifact" in (tmp_path / "logs/aggregate/child.log").read_text()

@@ -13,6 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from .errors import StageError
+from .io import redact
+
 
 class Killed(BaseException):
     """The job was sent SIGTERM (a SLURM scancel or time limit, a Ctrl-C'd Snakemake). A
@@ -27,8 +30,29 @@ def _raise_killed(signum: int, frame: Any) -> None:
 
 def run_logged(snakemake: Any, body: Callable[[], Any]) -> Any:
     """Run body() with logging, stdout and stderr going to the rule's log; tracebacks logged.
-    SIGTERM becomes an exception, so a killed stage logs why and leaves no partial output."""
+    SIGTERM becomes an exception, so a killed stage logs why and leaves no partial output. A
+    failure prints one line on the job's stderr (failure_line) and exits 1: the traceback is in
+    the log, not in Snakemake's output."""
     signal.signal(signal.SIGTERM, _raise_killed)
+    try:
+        return _logged(snakemake, body)
+    except (Exception, Killed) as e:
+        print(failure_line(snakemake, e), file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+
+
+def failure_line(snakemake: Any, e: BaseException) -> str:
+    """``martingale: <rule> <wildcards> failed: <cause> (traceback in <log>)``: a StageError's
+    message is the cause as written; anything else is named by its type."""
+    text = str(e).strip().splitlines()
+    cause = (text[0] if text else "") if isinstance(e, StageError) else f"{type(e).__name__}: {text[0] if text else ''}"
+    wildcards = getattr(snakemake, "wildcards", ())
+    values = wildcards if isinstance(wildcards, (list, tuple)) else vars(wildcards).values()
+    job = " ".join([str(getattr(snakemake, "rule", "job")), *(str(v) for v in values)])
+    return redact(f"martingale: {job} failed: {cause} (traceback in {snakemake.log[0]})")
+
+
+def _logged(snakemake: Any, body: Callable[[], Any]) -> Any:
     from .io import open_log
     with open_log(snakemake.log[0]) as log_file:   # key-like environment values redacted
         handler = logging.StreamHandler(log_file)

@@ -1,6 +1,6 @@
 """A judge behind an OpenAI-compatible HTTP API (``elicit.judge=api``): DeepSeek-V3 as the log read
 its same-mode beliefs, or any vLLM server. Greedy (temperature 0), so an answer is a function of
-(model, prompt, parameters) and is cached on disk under that key: a rerun never pays twice.
+(endpoint, model, prompt, parameters) and is cached on disk under that key: a rerun never pays twice.
 
 The key comes from the environment variable ``judge.api_key_env`` names; it is sent in the
 Authorization header and never written (the variable's name is one every writer redacts). The
@@ -63,20 +63,20 @@ class ApiJudge:
         return {**common, "prompt": prompt}
 
     def cache_path(self, body: dict[str, Any]):
-        """Where the answer to ``body`` is kept: sha256 of (endpoint kind, request body)."""
-        return self.client.cache_path(self.chat, body)
+        """Where the answer to ``body`` is kept: sha256 of (endpoint, request body)."""
+        return self.client.cache_path(self._path(), body)
 
     def _path(self) -> str:
         return "/chat/completions" if self.chat else "/completions"
 
     def ask(self, prompt: str) -> str | None:
         """The judge's answer to one prompt (the cache first), or None after ``retries`` failures."""
-        return self.client.request(self._path(), self.body(prompt), lambda p: choice_text(p, self.chat), self.chat)
+        return self.client.request(self._path(), self.body(prompt), lambda p: choice_text(p, self.chat))
 
     def ask_all(self, prompts: list[str]) -> list[str | None]:
         """Answers in order, ``concurrency`` requests in flight."""
         return self.client.request_all(self._path(), [self.body(p) for p in prompts],
-                                       lambda p: choice_text(p, self.chat), self.chat)
+                                       lambda p: choice_text(p, self.chat))
 
     def stats(self) -> dict[str, Any]:
         """What this judge did, for eval.json: calls sent (retries included), prompts answered by

@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from ..errors import StageError
+
 log = logging.getLogger("martingale.chat_episodes")
 
 CHAT_MODES = ("syc", "maxsyc", "neutral", "truth", "martingale", "validate-only", "none", "reask")
@@ -124,11 +126,23 @@ class Reader:
         return out
 
 
+def endpoint_failed(where: str, role: str, gen: Any, turn: int, said: list[Optional[str]]) -> None:
+    """Fail the stage when a role's endpoint failed every retry for any episode of a turn (its
+    reply None): the episodes stop there, and the line names the role, its endpoint and why."""
+    failed = sum(s is None for s in said)
+    if failed:
+        why = gen.failure() if hasattr(gen, "failure") else str(gen.stats())
+        raise StageError(f"{where}: the {role}'s endpoint failed every retry at turn {turn} in {failed} of "
+                         f"{len(said)} episodes ({why}); no further calls were made")
+
+
 def _human_turn(human: Any, episodes: list[ChatEpisode], reader: Reader, turn: int, max_tokens: int,
-                temperature: float, seed: int) -> None:
-    """The human replies to its conversation's last message; its reply and reads are recorded."""
+                temperature: float, seed: int, where: str) -> None:
+    """The human replies to its conversation's last message; its reply and reads are recorded. An
+    endpoint that failed every retry stops the episodes here (endpoint_failed)."""
     before = [list(e.human) for e in episodes]
     replies = human.chat(before, max_tokens, temperature, seed)
+    endpoint_failed(where, "human", human, turn, replies)
     for e, reply, r in zip(episodes, replies, reader.reads(human, before, replies)):
         e.human.append({"role": "assistant", "content": reply or ""})
         e.p.append(r["p"])
@@ -175,7 +189,7 @@ def play(human: Any, instructor: Any, episodes: list[ChatEpisode], ep: dict[str,
         read = sum(e.p[-1] is not None for e in episodes)
         log.info("%s: chat episodes (%s) turn %d/%d: the human's P read in %d of %d episodes (%.0f s)",
                  where, mode, turn, turns, read, len(episodes), time.perf_counter() - t0)
-    _human_turn(human, episodes, reader, 0, reply_tokens, h_temp, base)
+    _human_turn(human, episodes, reader, 0, reply_tokens, h_temp, base, where)
     progress(0)
     for turn in range(1, turns + 1):
         batch = None
@@ -190,10 +204,7 @@ def play(human: Any, instructor: Any, episodes: list[ChatEpisode], ep: dict[str,
                     **f, human_message=e.human[-1]["content"], p=_fmt_p(e.p[-1], reader.scale))})
             said, batch = _instructor_says(instructor, [e.instructor for e in episodes], instr_tokens, i_temp,
                                            base + 10 * turn + 1)
-            if any(s is None for s in said):
-                from ..errors import StageError
-                raise StageError(f"{where}: the instructor's endpoint failed every retry at turn {turn} "
-                                 f"({sum(s is None for s in said)} of {len(said)} episodes): {instructor.stats()}")
+            endpoint_failed(where, "instructor", instructor, turn, said)
             assert_spoke(list(said), turn, where, strict)
             for i, (e, text) in enumerate(zip(episodes, said)):
                 e.instructor.append({"role": "assistant", "content": text})
@@ -205,7 +216,7 @@ def play(human: Any, instructor: Any, episodes: list[ChatEpisode], ep: dict[str,
                     out.silent[i] = True
                     e.human.append({"role": "user", "content": ep["human_alone"].format(opt=opt)})
         out.turns.append(batch)
-        _human_turn(human, episodes, reader, turn, reply_tokens, h_temp, base + 10 * turn)
+        _human_turn(human, episodes, reader, turn, reply_tokens, h_temp, base + 10 * turn, where)
         progress(turn)
     return out
 

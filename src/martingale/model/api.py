@@ -4,7 +4,7 @@ vLLM server) playing a role of a two-agent episode (``simulate.human_model`` /
 
 It answers chat conversations (``chat``) on model/api_client.py's client: ``model.api.concurrency``
 requests in flight, retries with backoff, 401/403/404 failing at once, every reply cached on disk
-by (model, messages, max_tokens, temperature, seed), so a second build makes no call. An endpoint
+by (endpoint, model, messages, max_tokens, temperature, seed), so a second build makes no call. An endpoint
 returns text, not token ids: what needs ids or a next-token distribution (training, a stage's own
 model, the forced-answer read) is refused at check (config/schema.py) and, if reached, here.
 """
@@ -51,7 +51,7 @@ class ApiBackend:
         """The assistant's next message in each conversation (conversation i seeded seed + i); None
         where every retry failed (counted in ``stats``)."""
         bodies = [self.body(c, max_new_tokens, temperature, seed + i) for i, c in enumerate(conversations)]
-        return self.client.request_all("/chat/completions", bodies, lambda p: choice_text(p, True), True)
+        return self.client.request_all("/chat/completions", bodies, lambda p: choice_text(p, True))
 
     def describe(self) -> dict[str, Any]:
         """What played the role, for the stage's record (never the key or the address's secrets)."""
@@ -59,6 +59,10 @@ class ApiBackend:
 
     def stats(self) -> dict[str, Any]:
         return self.client.stats()
+
+    def failure(self) -> str:
+        """Why its requests failed (the endpoint, the model, the first reasons)."""
+        return self.client.failure()
 
     # -- what an endpoint cannot give -------------------------------------------------------------
     def sample(self, *args: Any, **kwargs: Any):

@@ -284,16 +284,48 @@ def run(cfg: dict[str, Any], model: Path, human_model: Path, out_dir: Path) -> N
     write_episodes(cfg, rows, seed, {**counts, **alone}, guards, out_dir, "simulate", "instructor_ms")
 
 
+def check_turn_parse_rates(rows: list[dict[str, Any]], floor: float, label: str) -> None:
+    """Fail the stage when the human's P parsed in fewer than ``floor`` (eval.min_parse_rate) of the
+    episodes at any turn, the prior included: MS is read first → last, so a turn with no P is a
+    headline with no data, however well the last turn parsed."""
+    turns = max((len(r["trajectory"]) for r in rows), default=0)
+    for t in range(turns):
+        missing = [r for r in rows if t >= len(r["trajectory"]) or r["trajectory"][t] is None]
+        rate = 1 - len(missing) / len(rows)
+        if rate < floor:
+            said = [m.get("text") or "" for r in missing[:3] for m in r.get("transcript", ())
+                    if m["turn"] == t and m["role"] == "human"]
+            shown = f"; e.g. {' | '.join(repr(x[-60:]) for x in said)}" if said else ""
+            which = "before the first turn (the prior)" if t == 0 else f"after turn {t}"
+            raise StageError(f"{label}: the human's P parsed in {len(rows) - len(missing)} of {len(rows)} episodes "
+                             f"{which}: rate {rate:.3f} < eval.min_parse_rate {floor}{shown}")
+
+
+MIN_MS_PAIRS = 3    # metrics.martingale_fit's least
+
+
+def check_headline(metrics: dict[str, Any], n: int, label: str) -> None:
+    """Fail the stage when MS, its headline, is undefined for lack of parsed answers (fewer than
+    MIN_MS_PAIRS episodes with both a first and a last P, though each turn passed the floor): such
+    a stage is not done."""
+    if metrics["n_pairs"] < MIN_MS_PAIRS:
+        raise StageError(f"{label}: MS is undefined: {metrics['n_pairs']} of {n} episodes have both a parsed "
+                         f"first and last P (a slope needs {MIN_MS_PAIRS})")
+
+
 def write_episodes(cfg: dict[str, Any], rows: list[dict[str, Any]], seed: int, extra: dict[str, Any],
                    guards: dict[str, Any], out_dir: Path, label: str, last_logged: str) -> None:
     """The end of an episode stage (embedded or chat): the parse floor, the eval and episode
     blocks with mode, turns and ``extra``, one log line, then the folder, written atomically."""
     from ..metrics import episode_metrics, stage_metrics
     from .evaluate import check_parse_rate
-    sim = cfg["simulate"]
-    check_parse_rate(rows, float(cfg["eval"]["min_parse_rate"]))
+    sim, floor = cfg["simulate"], float(cfg["eval"]["min_parse_rate"])
+    check_parse_rate(rows, floor)
+    check_turn_parse_rates(rows, floor, label)
     n_boot, level = int(cfg["eval"]["n_bootstrap"]), float(cfg["eval"]["ci"])
     metrics = stage_metrics(rows, n_boot, level, seed)
+    if floor > 0:          # eval.min_parse_rate=0: measure whatever parsed (an untrained model's mechanics)
+        check_headline(metrics, len(rows), label)
     metrics.update(episode_metrics(rows, n_boot, level, seed))
     metrics.update(mode=sim["mode"], turns=int(sim["turns"]), **extra)
     log.info("%s (%s): %s", label, sim["mode"], {k: metrics.get(k) for k in ("ms", "ms_ci", "brier", "delta_brier",
@@ -353,7 +385,7 @@ def run_chat(cfg: dict[str, Any], model: Path, human_model: Path, out_dir: Path)
     try:
         for role, (folder, mcfg) in roles.items():
             twin = next((r for r, (f, c) in roles.items() if r in opened and _same(c, mcfg)
-                         and Path(f).resolve() == Path(folder).resolve()), None)
+                         and Path(f).resolve() == Path(folder).resolve() and mcfg["backend"] != "api"), None)
             opened[role] = opened[twin] if twin else open_model(folder, mcfg)
         human, instructor = opened["human"], opened["instructor"]
         forced_read = getattr(human, "tokenizer", None) is not None
