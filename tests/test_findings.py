@@ -14,11 +14,12 @@ from projcopy import FIXTURE, REPO, proj, snapshot, write_eval  # noqa: F401 (pr
 
 
 def finding(root: Path, run: str = "D", metric: str = "ms", expect: str = "> 0", stage: str = "s0",
-            fid: str = "D-entrenches") -> None:
+            fid: str = "D-entrenches", margin: float | None = None, extra: str = "") -> None:
+    m = f", margin: {margin}" if margin is not None else ""
     (root / "conf" / "findings.yaml").write_text(
         f'{fid}:\n  claim: C1\n  log: "2026-05-21 — D (B-distill)"\n'
         f'  statement: "D\'s same-mode MS > 0"\n'
-        f'  test: {{run: {run}, stage: {stage}, metric: {metric}, expect: "{expect}"}}\n', encoding="utf-8")
+        f'  test: {{run: {run}, stage: {stage}, metric: {metric}, expect: "{expect}"{m}}}\n' + extra, encoding="utf-8")
 
 
 def verdict(root: Path, fid: str = "D-entrenches") -> str:
@@ -29,28 +30,78 @@ def verdict(root: Path, fid: str = "D-entrenches") -> str:
     return row.split("|")[-2].strip()
 
 
-@pytest.mark.parametrize("ci, expected", [([0.05, 0.2], "reproduced"), ([-0.2, 0.0], "not reproduced"),
-                                          ([-0.1, 0.1], "inconclusive")])
-def test_greater_than_zero_verdict_follows_the_ci(proj, ci, expected):
+def trained(stages: list[str], seeds: list[int], kind: str = "train") -> dict:
+    """eval.json's provenance saying each stage's model came out of ``kind``."""
+    return {"provenance": {st: {str(s): {"model_stage": f"{kind}-{s:012d}", "eval_stage": f"evaluate-{s:012d}"}
+                                for s in seeds} for st in stages}}
+
+
+@pytest.mark.parametrize("value, ci, expected", [(0.12, [0.05, 0.2], "reproduced"),
+                                                 (-0.1, [-0.2, -0.02], "not reproduced"),
+                                                 (0.0, [-0.1, 0.1], "inconclusive")])
+def test_greater_than_zero_verdict_follows_the_ci(proj, value, ci, expected):
     finding(proj)
-    write_eval(proj, "D", {"s0": {"ms": 0.1, "ms_ci": ci}})
+    write_eval(proj, "D", {"s0": {"ms": value, "ms_ci": ci}})
     assert verdict(proj) == expected
 
 
-@pytest.mark.parametrize("ci, expected", [([-0.2, -0.05], "reproduced"), ([0.0, 0.2], "not reproduced"),
-                                          ([-0.1, 0.1], "inconclusive")])
-def test_less_than_zero_verdict_mirrors_greater_than_zero(proj, ci, expected):
+@pytest.mark.parametrize("value, ci, expected", [(-0.12, [-0.2, -0.05], "reproduced"),
+                                                 (0.1, [0.02, 0.2], "not reproduced"),
+                                                 (0.0, [-0.1, 0.1], "inconclusive")])
+def test_less_than_zero_verdict_mirrors_greater_than_zero(proj, value, ci, expected):
     finding(proj, expect="< 0")
-    write_eval(proj, "D", {"s0": {"ms": -0.1, "ms_ci": ci}})
+    write_eval(proj, "D", {"s0": {"ms": value, "ms_ci": ci}})
     assert verdict(proj) == expected
 
 
-@pytest.mark.parametrize("ci, expected", [([-0.1, 0.1], "reproduced"), ([0.0, 0.1], "reproduced"),
-                                          ([0.02, 0.1], "not reproduced")])
-def test_null_is_reproduced_only_when_the_ci_covers_zero(proj, ci, expected):
-    finding(proj, expect="= 0")
-    write_eval(proj, "D", {"s0": {"ms": 0.05, "ms_ci": ci}})
+@pytest.mark.parametrize("value, ci, expected", [(0.0, [-0.05, 0.05], "reproduced"),
+                                                 (0.05, [-0.05, 0.15], "inconclusive"),
+                                                 (0.2, [0.12, 0.3], "not reproduced"),
+                                                 (0.0, [-0.3, 0.3], "inconclusive")])
+def test_a_null_is_reproduced_only_when_its_ci_lies_inside_its_margin(proj, value, ci, expected):
+    """Equivalence, not a CI that happens to cover 0: the last case covers 0 and is wider than
+    the margin, so it cannot reproduce the null (today's rule would have)."""
+    finding(proj, expect="= 0", margin=0.1)
+    write_eval(proj, "D", {"s0": {"ms": value, "ms_ci": ci}})
     assert verdict(proj) == expected
+
+
+def test_a_trained_finding_on_one_seed_is_provisional_never_decided(proj):
+    finding(proj)
+    write_eval(proj, "D", {"s0": {"ms": 0.3, "ms_ci": [0.25, 0.35]}}, **trained(["s0"], [42], "distill"))
+    assert verdict(proj) == "provisional (1 seed)"
+    md = (proj / "FINDINGS.md").read_text()
+    assert "seeds to decide: ≥ 2" in md and "1 provisional" in md
+
+
+def test_a_trained_finding_on_three_seeds_is_decided_on_their_combined_ci(proj):
+    finding(proj, run="twostage-v2-k3", expect="< 0")
+    seeds_eval(proj, [[-0.5, -0.1], [-0.6, -0.2], [-0.7, -0.3]], **trained(["s0"], [41, 42, 43]))
+    assert verdict(proj) == "reproduced (3 seeds)"
+    md = (proj / "FINDINGS.md").read_text()
+    assert "| -0.400 [" in md and "(trained)" in md and "τ (between seeds)" in md
+
+
+def test_a_decided_verdict_whose_q_misses_the_false_discovery_level_is_inconclusive(proj):
+    """Three findings tested together: a clear one (p ≈ 0), one whose CI just excludes 0 (p ≈ 0.046)
+    and a null result (p ≈ 1). Alone the edge would be reproduced; BH over three gives it
+    q = 0.046·3/2 ≈ 0.07 > 0.05, so it is inconclusive."""
+    entries = "".join(
+        f'{fid}:\n  claim: C1\n  log: l\n  statement: s\n  test: {{run: D, stage: s0, metric: {metric}, expect: "> 0"}}\n'
+        for fid, metric in (("clear", "ms"), ("edge", "brier"), ("nothing", "delta_brier")))
+    (proj / "conf" / "findings.yaml").write_text(entries, encoding="utf-8")
+    write_eval(proj, "D", {"s0": {"ms": 0.3, "ms_ci": [0.25, 0.35], "brier": 0.02, "brier_ci": [0.0004, 0.0396],
+                                  "delta_brier": 0.0, "delta_brier_ci": [-0.02, 0.02]}})
+    assert verdict(proj, "clear") == "reproduced"
+    assert verdict(proj, "edge") == "inconclusive (q 0.068 > 0.05)"
+    assert verdict(proj, "nothing") == "inconclusive"
+
+
+def seeds_eval(root: Path, cis: list[list[float]], **extra) -> None:
+    values = [sum(c) / 2 for c in cis]
+    write_eval(root, "twostage-v2-k3", {"s0": {"seeds": [41, 42, 43],
+                                               "ms": {"mean": sum(values) / 3, "sd": 0.1, "per_seed": values},
+                                               "ms_ci": {"per_seed": cis}}}, **extra)
 
 
 @pytest.mark.parametrize("expect, count, expected", [
@@ -91,23 +142,17 @@ def test_effect_metric_reads_the_paired_effect_of_the_final_stage_against_the_pa
     assert "stage final (s1), s1 vs parent s0, `effect.brier` < 0" in (proj / "FINDINGS.md").read_text()
 
 
-def seeds_eval(root: Path, cis: list[list[float]]) -> None:
-    write_eval(root, "twostage-v2-k3", {"s0": {"seeds": [41, 42, 43],
-                                               "ms": {"mean": -0.4, "sd": 0.1, "per_seed": [-0.3, -0.4, -0.5]},
-                                               "ms_ci": {"per_seed": cis}}})
-
-
-def test_seeds_that_all_agree_give_that_verdict_with_the_count(proj):
+def test_untrained_seeds_that_agree_are_decided_on_their_combined_ci(proj):
     finding(proj, run="twostage-v2-k3", expect="< 0")
     seeds_eval(proj, [[-0.5, -0.1], [-0.6, -0.2], [-0.7, -0.3]])
-    assert verdict(proj) == "reproduced (3/3 seeds)"
+    assert verdict(proj) == "reproduced (3 seeds)"
 
 
-def test_seeds_that_disagree_are_inconclusive_with_the_counts(proj):
+def test_seeds_that_disagree_are_inconclusive_and_each_seed_is_listed(proj):
     finding(proj, run="twostage-v2-k3", expect="< 0")
     seeds_eval(proj, [[-0.5, -0.1], [-0.6, 0.1], [0.1, 0.3]])
-    assert verdict(proj) == "inconclusive (1/3 reproduced, 1/3 not reproduced, 1/3 inconclusive)"
-    assert "  - seed 43: -0.500 [+0.100, +0.300] → not reproduced" in (proj / "FINDINGS.md").read_text()
+    assert verdict(proj) == "inconclusive (3 seeds)"
+    assert "  - seed 43: +0.200 [+0.100, +0.300]" in (proj / "FINDINGS.md").read_text()
 
 
 ENTRY = 'x:\n  claim: C1\n  log: l\n  statement: s\n  test: {{run: {0}, metric: "{1}", expect: "{2}"}}\n'
@@ -122,6 +167,11 @@ ENTRY = 'x:\n  claim: C1\n  log: l\n  statement: s\n  test: {{run: {0}, metric: 
     (ENTRY.format("D", "counts.beats_everyone", "all"), "x: test.metric:"),
     (ENTRY.format("D", "counts.full_deflation", "> 0"), "x: test.expect:"),
     (ENTRY.format("D", "ms", "> 0") + "  why: [a, list]\n", "x: why: expected a non-empty string"),
+    (ENTRY.format("D", "ms", "= 0"), "x: test.margin: None: a null needs its margin"),
+    (ENTRY.format("D", "ms", "> 0").replace('"> 0"}', '"> 0", margin: 0.1}'), "x: test.margin: only a null"),
+    (ENTRY.format("D", "ms", "> 0") + '  why: "Brier -0.018 on the first batches"\n', "x: why: holds the figure '-0.018'"),
+    (ENTRY.format("D", "ms", "> 0") + '  why: "A pays for 51% of it"\n', "x: why: holds the figure '51%'"),
+    (ENTRY.format("D", "ms", "> 0") + '  why: "see {nope:s0:ms}"\n', "x: why: {nope:…} names no run"),
 ])
 def test_a_bad_findings_file_is_one_line_naming_the_file_and_key_and_writes_nothing(proj, text, key):
     (proj / "conf" / "findings.yaml").write_text(text, encoding="utf-8")
@@ -133,15 +183,25 @@ def test_a_bad_findings_file_is_one_line_naming_the_file_and_key_and_writes_noth
     assert snapshot(proj) == before
 
 
-def test_a_findings_measured_why_is_printed_under_its_result(proj):
-    finding(proj)
-    with open(proj / "conf" / "findings.yaml", "a", encoding="utf-8") as f:
-        f.write('  why: "A rewards the update\'s mean: 65% of its variance"\n')
+def test_a_findings_why_is_printed_under_its_result_with_this_builds_numbers_filled_in(proj):
+    finding(proj, extra='  why: "D-snap reads {D:s0:ms} on D and {D-snap:s0:brier} on D-snap, named as in A-on-D-5seeds"\n')
     write_eval(proj, "D", {"s0": {"ms": -0.1, "ms_ci": [-0.2, -0.05]}})
     write_table(proj)
     md = (proj / "FINDINGS.md").read_text(encoding="utf-8").splitlines()
     result = next(i for i, ln in enumerate(md) if ln.startswith("- Result: ") and "not reproduced" in ln)
-    assert md[result + 1] == "- Why: A rewards the update's mean: 65% of its variance"
+    assert md[result + 2] == "- Why: D-snap reads -0.100 on D and – on D-snap, named as in A-on-D-5seeds"
+
+
+def test_the_table_draws_the_forest_plot_beside_findings_md_and_links_it(proj):
+    finding(proj)
+    write_eval(proj, "D", {"s0": {"ms": 0.12, "ms_ci": [0.05, 0.2]}})
+    write_table(proj)
+    png = (proj / "findings-forest.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 5000
+    assert "![" in (proj / "FINDINGS.md").read_text() and "(findings-forest.png)" in (proj / "FINDINGS.md").read_text()
+    assert 'src="findings-forest.png"' in (proj / "runs.html").read_text()
+    write_table(proj)
+    assert (proj / "findings-forest.png").read_bytes() == png
 
 
 def test_findings_md_is_the_same_bytes_on_regeneration(proj):

@@ -18,7 +18,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS: list[tuple[str, set[str]]] = [
     ("foundation", {"errors", "domains", "io", "manifest", "provenance", "registry", "threads", "locks", "stats",
                     "store", "tracking"}),
-    ("science", {"deattenuation", "metrics", "effects", "rewards"}),
+    ("science", {"deattenuation", "metrics", "effects", "rewards", "replicates"}),
     ("model", {"model"}),
     ("world", {"world"}),
     ("beliefs", {"beliefs"}),

@@ -238,6 +238,19 @@ def write_text_if_changed(path: Path | str, text: str) -> bool:
     return True
 
 
+def write_bytes_if_changed(path: Path | str, data: bytes) -> bool:
+    """write_bytes unless the file already holds exactly these bytes (a figure regenerated with
+    the table keeps its mtime). True if written."""
+    path = Path(path)
+    try:
+        if path.read_bytes() == data:
+            return False
+    except OSError:
+        pass
+    write_bytes(path, data)
+    return True
+
+
 def write_json(path: Path | str, obj: Any) -> None:
     write_text(path, canonical_json(obj))
 

@@ -4,7 +4,8 @@
 - ``RUNS.md``    the log's view: master table, claims → runs, Excluded (markdown.py);
 - ``runs.html``  the interactive page over the same rows (page.py);
 - ``FINDINGS.md`` the log's findings the campaign tests (conf/findings.yaml), each with its
-  number, CI and a verdict by a stated rule (findings.py).
+  number, CI, p, q and a verdict by the stated rules (findings.py), opening with
+  ``findings-forest.png``, the forest plot of every finding's seeds and combined CI (also in runs.html).
 
 Each file is rewritten only when its content changes; the same inputs give the same bytes. A row is
 never dropped: a vanished run, or a done run's vanished results, fails with how to mark it invalid.
@@ -16,13 +17,14 @@ from pathlib import Path
 
 import yaml
 
-from ..io import write_text_if_changed
-from . import findings, markdown, page
+from ..io import write_bytes_if_changed, write_text_if_changed
+from . import findings, forest, markdown, page
 from .rows import TableError, build_table, check_no_corrupt, check_no_vanished, previous_rows
 from .schema import check_rows, schema_errors
 
 TABLE = "runs.json"
 OUTPUTS = (TABLE, "RUNS.md", "runs.html", "FINDINGS.md")
+FOREST = forest.FOREST
 CLAIMS = "conf/claims.yaml"
 
 
@@ -59,8 +61,15 @@ def write_table(root: Path | str = ".", tree=None) -> Path:
     if errors := check_rows(rows):
         raise TableError(f"runs.json: schema: {errors[0]}")
     claims = load_claims(root)
+    found, results, lookup = findings.evaluate(root, rows)
+    picture = forest.draw(found or [], results)
     texts = {TABLE: rows_json(rows), "RUNS.md": markdown.render(rows, claims),
-             "runs.html": page.render(rows, claims), "FINDINGS.md": findings.render(root, rows, claims)}
+             "runs.html": page.render(rows, claims, FOREST if picture else None),
+             "FINDINGS.md": findings.render_findings(found, results, claims, lookup, FOREST if picture else None)}
+    if picture:
+        write_bytes_if_changed(root / FOREST, picture)
+    else:
+        (root / FOREST).unlink(missing_ok=True)
     for name in OUTPUTS:
         write_text_if_changed(root / name, texts[name])
     return path

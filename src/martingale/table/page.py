@@ -3,9 +3,10 @@ or parent, a row expands to its setup, key metrics with CIs, plots and provenanc
 run-id. The rows are embedded in the page, so it works opened from disk (no server, no network)."""
 from __future__ import annotations
 
+import html
 import json
 from importlib import resources
-from typing import Any
+from typing import Any, Optional
 
 
 def _embed(obj: Any) -> str:
@@ -14,6 +15,12 @@ def _embed(obj: Any) -> str:
     return text.replace("</", "<\\/").replace("<!--", "<\\!--")
 
 
-def render(rows: list[dict], claims: dict[str, str]) -> str:
+def render(rows: list[dict], claims: dict[str, str], forest: Optional[str] = None) -> str:
+    """The page; ``forest``: FINDINGS.md's forest plot beside it (a file name), shown under the table."""
     template = resources.files(__package__).joinpath("page.html").read_text(encoding="utf-8")
-    return template.replace("__RUNS_JSON__", _embed(rows)).replace("__CLAIMS_JSON__", _embed(claims))
+    figure = (f'<h2>Findings</h2>\n<p class="sub">Each finding of <a href="FINDINGS.md">FINDINGS.md</a>: '
+              f'its seeds (dots), combined effect and 95% CI (bar), a null\'s margin (band), coloured by verdict.</p>\n'
+              f'<img id="findings-forest" src="{html.escape(forest)}" alt="findings forest plot" style="max-width:100%">'
+              if forest else "")
+    return (template.replace("__RUNS_JSON__", _embed(rows)).replace("__CLAIMS_JSON__", _embed(claims))
+            .replace("<!--__FINDINGS__-->", figure))
