@@ -157,3 +157,28 @@ def test_a_model_the_lean_path_does_not_cover_goes_through_transformers(sharp, d
     got = batch.input_ids[:, enc["input_ids"].shape[1]:]
     kept = batch.completion_mask[:, enc["input_ids"].shape[1]:] == 1
     assert torch.equal(got[kept], expect[:, :got.shape[1]][kept]) and kept.any()
+
+
+@pytest.mark.parametrize("chunk_tokens", [64, 200])
+def test_a_forward_a_few_rows_at_a_time_gives_the_same_logits_and_samples_to_the_bit(sharp, default_cfg,
+                                                                                     monkeypatch, chunk_tokens):
+    """Without autograd the layers run ROW_CHUNK_TOKENS rows × positions at a time (a core's cache):
+    the prompts' logits, a prefill's cache and the sampled tokens equal all rows at once."""
+    from martingale.model import lean as lean_module
+    policy, tok = sharp
+    enc = tok(_prompts(default_cfg, 40, False), return_tensors="pt", padding=True, add_special_tokens=False)
+    ids, mask = enc["input_ids"], enc["attention_mask"]
+    position_ids = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
+
+    def run() -> tuple[torch.Tensor, torch.Tensor]:
+        lean = Lean.of(policy)
+        with torch.no_grad():
+            logits = lean.forward(ids, mask, position_ids)
+        torch.manual_seed(3)
+        return logits, lean.sample(ids, mask, 12, 1.0, tok.pad_token_id, tok.eos_token_id)
+    monkeypatch.setattr(lean_module, "ROW_CHUNK_TOKENS", 10**9)
+    whole = run()
+    monkeypatch.setattr(lean_module, "ROW_CHUNK_TOKENS", chunk_tokens)
+    assert lean_module.row_chunks(ids.shape[0], ids.shape[1], grad=False) is not None
+    chunked = run()
+    assert torch.equal(whole[0], chunked[0]) and torch.equal(whole[1], chunked[1])

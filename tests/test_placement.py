@@ -41,7 +41,7 @@ def test_asking_for_cuda_without_a_gpu_fails_the_stage_in_one_line():
 def test_distill_trains_on_the_cpu_in_full_precision_where_the_model_is_on_the_cpu(tmp_path):
     from martingale.stages.distill import sft_config
     d = {"seed": 0, "steps": 2, "batch_size": 2, "lr": 1e-3}
-    cpu = sft_config(d, str(tmp_path), device="cpu", dtype="float32")
+    cpu = sft_config(d, 0, str(tmp_path), device="cpu", dtype="float32")
     assert cpu.use_cpu and not cpu.bf16 and not cpu.fp16
 
 
@@ -49,7 +49,7 @@ def test_distill_trains_on_the_cpu_in_full_precision_where_the_model_is_on_the_c
 def test_distill_trains_on_the_gpu_in_bfloat16_where_the_model_is_there(tmp_path):
     from martingale.stages.distill import sft_config
     d = {"seed": 0, "steps": 2, "batch_size": 2, "lr": 1e-3}
-    gpu = sft_config(d, str(tmp_path), device="cuda:0", dtype="bfloat16")
+    gpu = sft_config(d, 0, str(tmp_path), device="cuda:0", dtype="bfloat16")
     assert not gpu.use_cpu and gpu.bf16 and not gpu.fp16
 
 

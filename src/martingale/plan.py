@@ -210,6 +210,11 @@ def stage_slice(kind: StageKind, cfg: dict, step: Optional[str] = None, seed: Op
     return out
 
 
+def run_seeds(cfg: dict) -> list[int]:
+    """The seeds a run's chains are built on: ``seeds``, each plus ``seed_offset`` (a reseed)."""
+    return [int(s) + int(cfg.get("seed_offset") or 0) for s in cfg["seeds"]]
+
+
 def _one_kind(place: str, cfg: dict, name: Optional[str] = None) -> StageKind:
     """The kind for a place: the one named, else the one whose ``when`` holds for this run."""
     candidates = [k for k in kinds().values() if k.place == place and
@@ -310,19 +315,22 @@ class Plan:
     def _plan_run(self, run_id: str) -> None:
         cfg = self.tree.resolve(run_id)  # cached, validated; not mutated here
         source = _one_kind("source", cfg)
-        s0 = natural = self._add(source, cfg, {}, source.name)
-        chain, steps = [s0], [source.name]
-        for kind in (k for k in kinds().values() if k.place == "start" and k.when(cfg)):
-            s0 = self._add(kind, cfg, {"model": s0}, f"{kind.name}-{cfg['start']}")
-            chain.append(s0)
-            steps.append(f"{kind.name}:{cfg['start']}")
+        natural = self._add(source, cfg, {}, source.name)
+        chain, steps = [natural], [source.name]
+        starts = [k for k in kinds().values() if k.place == "start" and k.when(cfg)]
+        steps += [f"{kind.name}:{cfg['start']}" for kind in starts]
         trained = [name for name, st in cfg["stages"].items() if st.get("reward") is not None]
         steps += [f"{name}:{cfg['stages'][name]['reward']}" for name in trained]
         measure = _one_kind("measure", cfg, cfg["eval"]["kind"])
-        judge = natural if cfg["elicit"].get("judge_model", "base") == "base" else s0
         rows: list[RunStage] = []
         reference: dict[int, str] = {}
-        for seed in cfg["seeds"]:
+        for seed in run_seeds(cfg):
+            s0 = natural
+            for kind in starts:          # a start kind (D's distill) per seed where it is per_seed
+                s0 = self._add(kind, cfg, {"model": s0}, f"{kind.name}-{cfg['start']}",
+                               seed=seed if kind.per_seed else None)
+                chain.append(s0)
+            judge = natural if cfg["elicit"].get("judge_model", "base") == "base" else s0
             current = s0
             for name in ["s0", *trained]:
                 if name != "s0":
@@ -343,7 +351,7 @@ class Plan:
         model = cfg["model"]
         self._runs_info[run_id] = {
             "model": model.get("name"), "start": cfg["start"], "elicit": cfg["elicit"].get("mode"),
-            "stage_chain": steps, "seeds": [int(s) for s in cfg["seeds"]],
+            "stage_chain": steps, "seeds": run_seeds(cfg),
             "config_hash": "sha256:" + sha256_json(self.run_identity(run_id)), "wandb": dict(cfg.get("wandb") or {}),
             "needs": [n.tag for n in self.run_needs(run_id)],
         }

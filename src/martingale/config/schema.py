@@ -19,12 +19,12 @@ import typing
 from dataclasses import dataclass, make_dataclass
 from typing import Any, Optional
 
-from ..domains import Domain, OneOf, Section, Seeds, section, setting
+from ..domains import SEED, Domain, OneOf, Section, Seeds, section, setting
 from ..registry import epoch
 from . import sections as core
 
 STEPS = ("s1", "s2")   # the model stages a run may have, stages.s1 and stages.s2
-CORE_KEYS = ("world", "model", "elicit", "start", "seeds", "stages", "eval", "prompts", "budget", "wandb")
+CORE_KEYS = ("world", "model", "elicit", "start", "seeds", "seed_offset", "stages", "eval", "prompts", "budget", "wandb")
 ROLE_MODELS = ("simulate.human_model", "simulate.instructor_model")   # model.* keys changed for one role
 
 
@@ -92,6 +92,8 @@ def _build(registries: int) -> dict[str, type]:
         ("elicit", core.ElicitConfig, section(core.ElicitConfig)),
         ("start", str, setting("base", OneOf(("base", "D")), "base: the natural model; D: the biased one (distill)")),
         ("seeds", list[int], setting(None, Seeds(), "one chain per seed, aggregated", factory=lambda: [42])),
+        ("seed_offset", int, setting(0, SEED, "added to every seed of every run: a reseed builds the whole "
+                                              "campaign on other seeds (conf/config.yaml reads $MARTINGALE_SEED_OFFSET)")),
         ("stages", stages, section(stages)),
         ("eval", core.EvalConfig, section(core.EvalConfig)),
         ("prompts", core.PromptsConfig, section(core.PromptsConfig)),

@@ -123,6 +123,10 @@ class Cache:
         self.capacity, self.length = capacity, 0
         self.layers: list[list[torch.Tensor]] = []
 
+    def rows(self, first: int, end: int, batch: int) -> "_CacheRows":
+        """The cache of rows [first, end) of a ``batch``-row forward run a few rows at a time."""
+        return _CacheRows(self, first, end, batch)
+
     def update(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append a layer's new keys and values at position ``start``; all of its keys and values."""
         if len(self.layers) <= layer:
@@ -139,6 +143,45 @@ class Cache:
         kv[0][:, :, start:end].copy_(k)
         kv[1][:, :, start:end].copy_(v)
         return kv[0][:, :, :end], kv[1][:, :, :end]
+
+
+class _CacheRows:
+    """Rows [first, end) of a Cache: keys and values go into (and are read from) those rows of its
+    buffers, made for the whole batch on first use. A growing cache (capacity 0) gets one buffer
+    per layer of the batch's full size once its first row chunk arrives."""
+
+    def __init__(self, cache: Cache, first: int, end: int, batch: int) -> None:
+        self.cache, self.first, self.end, self.batch = cache, first, end, batch
+
+    def update(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        c = self.cache
+        if len(c.layers) <= layer:
+            positions = c.capacity or start + k.shape[2]
+            shape = (self.batch, k.shape[1], positions, k.shape[3])
+            c.layers.append([k.new_empty(shape), v.new_empty((*shape[:3], v.shape[3]))])
+            if not c.capacity and start:
+                raise ValueError("a growing cache cannot be filled a few rows at a time after its first forward")
+        kv, end = c.layers[layer], start + k.shape[2]
+        kv[0][self.first:self.end, :, start:end].copy_(k)
+        kv[1][self.first:self.end, :, start:end].copy_(v)
+        return kv[0][self.first:self.end, :, :end], kv[1][self.first:self.end, :, :end]
+
+
+ROW_CHUNK_TOKENS = 1024   # rows × positions a forward runs at once without autograd
+
+
+def row_chunks(batch: int, q_len: int, grad: bool) -> list[tuple[int, int]] | None:
+    """Row ranges of at most ROW_CHUNK_TOKENS rows × positions, or None to run all rows at once.
+
+    A forward's activations over 32 rows of ~60 positions (hidden 96, MLP 256) spill a core's L2
+    (1 MiB here) and a linear layer takes ~2× per row; a few rows at a time stay in it. Each row's
+    numbers are computed by the same kernels either way (row-blocked GEMMs, per-row attention), so
+    the logits are the same to the bit (tests/test_lean.py). Not under autograd: there the weight
+    gradients would be summed over the chunks in another order."""
+    rows = max(1, ROW_CHUNK_TOKENS // max(1, q_len))
+    if grad or batch <= rows:
+        return None
+    return [(a, min(a + rows, batch)) for a in range(0, batch, rows)]
 
 
 class Lean:
@@ -198,7 +241,8 @@ class Lean:
                 cache: "Cache | None" = None, logits_to_keep: int = 0) -> torch.Tensor:
         """The logits of ``LlamaForCausalLM.forward(input_ids, attention_mask, position_ids,
         logits_to_keep=...)``. ``cache``: None (use_cache=False), or a list of [keys, values] per
-        layer ([] when empty) that this call extends, as a DynamicCache does."""
+        layer ([] when empty) that this call extends, as a DynamicCache does. Without autograd,
+        the layers run a few rows at a time (row_chunks): the same logits to the bit, faster."""
         emb = self.embed
         hidden = F.embedding(input_ids, emb.weight, emb.padding_idx, emb.max_norm, emb.norm_type,
                              emb.scale_grad_by_freq, emb.sparse)
@@ -211,7 +255,25 @@ class Lean:
         if self.rope_scale != 1.0:          # x · 1.0 is x, to the bit: the op is skipped, not approximated
             cos, sin = cos * self.rope_scale, sin * self.rope_scale
         cos, sin = cos.to(dtype=hidden.dtype).unsqueeze(1), sin.to(dtype=hidden.dtype).unsqueeze(1)
-        sin, half = _rope_sin(sin), self.head_dim // 2
+        sin = _rope_sin(sin)
+        chunks = row_chunks(batch, q_len, grad=torch.is_grad_enabled())
+        if chunks is None:
+            out = self._layers(hidden, mask, cos, sin, cache, past, logits_to_keep)
+        else:
+            def rows(t: torch.Tensor | None, a: int, b: int) -> torch.Tensor | None:
+                return t if t is None or t.shape[0] == 1 else t[a:b]     # a batch of one broadcasts
+            out = torch.cat([self._layers(hidden[a:b], rows(mask, a, b), rows(cos, a, b), rows(sin, a, b),
+                                          cache.rows(a, b, batch) if cache is not None else None, past,
+                                          logits_to_keep) for a, b in chunks])
+        if cache is not None:
+            cache.length = past + q_len
+        return out
+
+    def _layers(self, hidden: torch.Tensor, mask: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
+                cache: "Cache | None", past: int, logits_to_keep: int) -> torch.Tensor:
+        """The decoder layers, the final norm and the head over ``hidden`` [rows, q, d]."""
+        batch, q_len = hidden.shape[:2]
+        half = self.head_dim // 2
         shape = (batch, q_len, -1, self.head_dim)
         for i, layer in enumerate(self.layers):
             residual = hidden
@@ -233,8 +295,6 @@ class Lean:
             residual = hidden
             h = _rms(hidden, layer.norm2)
             hidden = residual + layer.down(F.silu(layer.gate(h)) * layer.up(h))
-        if cache is not None:
-            cache.length = past + q_len
         hidden = _rms(hidden, self.norm)
         return self.lm_head(hidden[:, slice(-logits_to_keep, None), :])
 

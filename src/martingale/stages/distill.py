@@ -40,7 +40,7 @@ WARMUP = 20
 @dataclass
 class DistillConfig:
     """SFT of a LoRA adapter on a biased teacher's traces: the biased start model D (``distill``)."""
-    seed: int = setting(0, SEED)
+    seed: int = setting(0, SEED, "offsets the run's seed: each seed of a run distils its own D")
     steps: int = setting(300, COUNT)
     batch_size: int = setting(32, COUNT)
     lr: float = setting(3e-3, LR)
@@ -88,21 +88,26 @@ def teacher_traits(d: dict[str, Any], unit: float) -> dict[str, Any]:
     return traits
 
 
+def distill_seed(cfg: dict[str, Any]) -> int:
+    """The seed D is distilled with: the run's seed offset by ``distill.seed``. D is trained, so
+    each seed of a run distils its own: its training noise is in the findings' between-seed spread."""
+    return int(cfg["distill"]["seed"]) + int(cfg["seed"])
+
+
 def dataset(cfg: dict[str, Any]):
     """steps × batch_size (prompt, completion) pairs of the biased teacher; completions carry a leading space."""
     import numpy as np
     from datasets import Dataset
     d = cfg["distill"]
     world = make_world(cfg["world"])
-    rng = np.random.default_rng([int(d["seed"]), 13])
+    rng = np.random.default_rng([distill_seed(cfg), 13])
     pairs = mixture(world, rng, int(d["steps"]) * int(d["batch_size"]), MIX, teacher_traits(d, world.unit))
     return Dataset.from_dict({"prompt": [p for p, _ in pairs], "completion": [" " + c for _, c in pairs]})
 
 
-def sft_config(d: dict[str, Any], output_dir: str, device: str = "cpu", dtype: str = "float32"):
+def sft_config(d: dict[str, Any], seed: int, output_dir: str, device: str = "cpu", dtype: str = "float32"):
     """TRL's config for the D adapter; on a GPU the Trainer runs there, in the model's half precision."""
     from trl import SFTConfig
-    seed = int(d["seed"])
     gpu = device.startswith("cuda")
     return SFTConfig(
         output_dir=output_dir, use_cpu=not gpu, bf16=gpu and dtype == "bfloat16",
@@ -155,16 +160,17 @@ def _loss_callback(steps: int, history: list[dict], losses: list[float], t0: flo
 
 
 @stage_kind("distill", "start", keys=("world", "model"), inputs=("base_model",), questions=False, trains=True,
-            when=lambda cfg: cfg["start"] == "D", section=Section("distill", DistillConfig, in_every_run=True))
+            per_seed=True, when=lambda cfg: cfg["start"] == "D",
+            section=Section("distill", DistillConfig, in_every_run=True))
 def run(cfg: dict[str, Any], base_model: Path, out_dir: Path) -> None:
-    """cfg: world, model, distill; base_model: the start model's stage folder → out_dir/model (D)."""
+    """cfg: world, model, distill, seed; base_model: the start model's stage folder → out_dir/model (D)."""
     import datasets
     from transformers import PrinterCallback, ProgressCallback
 
     from ..model.load import describe, load, save
 
-    d = cfg["distill"]
-    seed_everything(int(d["seed"]))
+    d, seed = cfg["distill"], distill_seed(cfg)
+    seed_everything(seed)
     model, tok = load(base_model, cfg["model"])
     where = describe(model)
     use_cache = model.config.use_cache  # Trainer turns it off for training; D keeps the base's
@@ -177,7 +183,7 @@ def run(cfg: dict[str, Any], base_model: Path, out_dir: Path) -> None:
     try:
         with tempfile.TemporaryDirectory(prefix="martingale-distill-") as scratch:
             trainer = _trainer_class()(
-                model=model, args=sft_config(d, scratch, **where), train_dataset=train, processing_class=tok,
+                model=model, args=sft_config(d, seed, scratch, **where), train_dataset=train, processing_class=tok,
                 peft_config=lora_config(d, cfg["model"]),
                 callbacks=[_loss_callback(int(d["steps"]), history, losses, t0)])
             for cb in (PrinterCallback, ProgressCallback):
