@@ -18,7 +18,7 @@ def cli(root, *args):
 
 
 def test_help_works_on_every_command():
-    for cmd in ([], ["new"], ["show"], ["diff"], ["check"], ["table"], ["status"], ["plan"]):
+    for cmd in ([], ["new"], ["show"], ["diff"], ["check"], ["table"], ["status"], ["plan"], ["seeds"]):
         res = runner.invoke(app, [*cmd, "--help"])
         assert res.exit_code == 0 and "Usage" in res.output, cmd
 
@@ -174,3 +174,44 @@ def test_check_refuses_a_bad_claims_file_in_one_line(proj):
     res = cli(proj, "check")
     assert res.exit_code == 1
     assert res.output.strip() == "error: conf/claims.yaml: expected a mapping claim → statement"
+
+
+def _d_finding(root, run: str = "D", metric: str = "ms") -> None:
+    (root / "conf/findings.yaml").write_text(
+        f'D-entrenches:\n  claim: C1\n  log: l\n  statement: s\n  test: {{run: {run}, stage: s0, metric: {metric}, '
+        'expect: "> 0"}\n', encoding="utf-8")
+
+
+def _provenance(stages: list[str], seeds: list[int], kind: str) -> dict:
+    return {"provenance": {st: {str(s): {"model_stage": f"{kind}-{s:012d}", "eval_stage": "e"} for s in seeds}
+                           for st in stages}}
+
+
+def test_seeds_shows_each_seed_the_combined_ci_and_the_seeds_a_finding_needs(proj):
+    _d_finding(proj, run="twostage-v2-k3")
+    values, cis = [0.02, 0.06, 0.04], [[-0.01, 0.05], [0.03, 0.09], [0.01, 0.07]]
+    write_eval(proj, "twostage-v2-k3", {"s0": {"seeds": [41, 42, 43], "ms": {"mean": 0.04, "per_seed": values},
+                                               "ms_ci": {"per_seed": cis}}},
+               **_provenance(["s0"], [41, 42, 43], "distill"))
+    res = cli(proj, "seeds", "D-entrenches")
+    assert res.exit_code == 0, res.output
+    assert "trained: each seed" in res.output and "+0.060 [+0.030, +0.090]" in res.output
+    assert "combined (3 seeds): +0.040 [" in res.output and "τ" in res.output
+    needed = int(res.output.split("seeds to decide: ")[1].split(";")[0])
+    assert needed >= 3 and "stage-hours" in res.output
+
+
+def test_seeds_of_an_unknown_finding_is_one_line_and_exit_1(proj):
+    _d_finding(proj)
+    res = cli(proj, "seeds", "nope")
+    assert res.exit_code == 1 and "no finding 'nope'" in res.output
+
+
+def test_status_lists_provisional_findings_with_what_three_seeds_would_cost(proj):
+    _d_finding(proj)
+    write_eval(proj, "D", {"s0": {"brier": 0.18, "ms": 0.11, "ms_ci": [0.05, 0.17]}},
+               **_provenance(["s0"], [42], "distill"))
+    res = cli(proj, "status")
+    assert res.exit_code == 0, res.output
+    assert "provisional findings (1: a trained finding needs 3 seeds):" in res.output
+    assert "D-entrenches: D, 1 seed; 2 more ≈" in res.output and "martingale seeds D-entrenches" in res.output

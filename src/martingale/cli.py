@@ -243,6 +243,86 @@ def status() -> None:
         out.print(f"launch: snakemake --profile profiles/<local|slurm> {targets}", markup=False)
     for line in advice(rows):
         out.print(line, markup=False)
+    for line in provisional_lines(list(rows.values())):
+        out.print(line, markup=False)
+
+
+def provisional_lines(rows: list[dict]) -> list[str]:
+    """The provisional findings (trained, fewer than 3 seeds) and what building them to 3 would
+    cost (cost.seed_hours: each more seed of the run, and of its parent for an effect)."""
+    from . import cost
+    from .plan import Plan
+    from .replicates import MIN_SEEDS
+    from .table import TableError, findings
+
+    try:
+        found, results, _ = findings.evaluate(STATE.root, rows)
+    except TableError as e:
+        return [f"findings: {e}"]
+    waiting = [f for f in found or () if results[f.id].verdict == findings.PROVISIONAL]
+    if not waiting:
+        return []
+    plan = Plan.load(STATE.root)
+    lines = [f"provisional findings ({len(waiting)}: a trained finding needs {MIN_SEEDS} seeds):"]
+    for f in waiting:
+        k = results[f.id].combined.k
+        hours = (MIN_SEEDS - k) * cost.seed_hours(plan, finding_runs(plan, f), STATE.root)
+        lines.append(f"  {f.id}: {f.run}, {k} seed{'s' * (k != 1)}; {MIN_SEEDS - k} more ≈ {cost.hours(hours)} "
+                     "stage-hours (martingale seeds " + f.id + ")")
+    return lines
+
+
+def finding_runs(plan, f) -> list[str]:
+    """The runs a finding reads: its run, and its parent for a paired effect."""
+    parent = plan.tree.specs[f.run].parent
+    return [f.run] + ([parent] if f.metric.startswith("effect.") and parent else [])
+
+
+@app.command()
+def seeds(finding: str = typer.Argument(..., help="A finding id of conf/findings.yaml.")) -> None:
+    """A finding over its seeds: each seed's estimate with its CI, the combined estimate (random
+    effects) with its CI, τ, p, q and the verdict; how many seeds would decide it at its current
+    estimate, and what building them would cost."""
+    from . import cost
+    from .plan import Plan
+    from .table import TableError, build_table, findings, fmt
+
+    try:
+        rows = build_table(STATE.root)
+        found, results, _ = findings.evaluate(STATE.root, rows)
+    except (RunError, TableError) as e:
+        fail(str(e))
+        return
+    f = next((x for x in found or () if x.id == finding), None)
+    if f is None:
+        fail(f"{findings.FINDINGS}: no finding {finding!r} (martingale table lists them in FINDINGS.md)")
+        return
+    r = results[f.id]
+    out.print(f"{f.id}: run {f.run}, {f.metric} {f.expect}" + (f" (margin ±{f.margin:g})" if f.margin else ""),
+              markup=False)
+    if r.combined is None:
+        out.print(f"{r.verdict}" + (f" ({r.detail})" if r.detail else ""), markup=False)
+        return
+    d, signed = (4, True) if "brier" in f.metric else (3, True)
+    table = Table(title=f"{'trained' if r.trained else 'untrained'}: each seed, question-bootstrap 95% CI")
+    table.add_column("seed")
+    table.add_column("estimate [CI]")
+    for seed, value, ci in r.samples:
+        table.add_row(str(seed if seed is not None else "-"), fmt.num(value, d, signed) + fmt.ci(ci, d, signed))
+    out.print(table)
+    c = r.combined
+    out.print(f"combined ({c.k} seed{'s' * (c.k != 1)}): {fmt.num(c.estimate, d, signed)}{fmt.ci(c.ci, d, signed)}, "
+              f"τ {fmt.num(c.tau, d)}, p {fmt.pval(r.p)}, q {fmt.pval(r.q)} → {r.verdict}"
+              + (f" ({r.detail})" if r.detail else ""), markup=False)
+    if r.needed is None:
+        out.print("seeds to decide: more than 100 at this estimate and spread", markup=False)
+        return
+    more = max(0, r.needed - c.k)
+    plan = Plan.load(STATE.root)
+    hours = more * cost.seed_hours(plan, finding_runs(plan, f), STATE.root)
+    bound = " (at least: one seed shows no spread)" if r.needed_is_bound else ""
+    out.print(f"seeds to decide: {r.needed}{bound}; {more} more ≈ {cost.hours(hours)} stage-hours "
+              f"(seeds=[…] on {', '.join(finding_runs(plan, f))}: a knob, or the root's seeds)", markup=False)
 
 
 def advice(rows: dict[str, dict]) -> list[str]:

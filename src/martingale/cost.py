@@ -223,6 +223,26 @@ def estimate(plan: Plan, sids: Iterable[str], root: Path | str,
     return Estimate(out)
 
 
+def seed_stages(plan: Plan, run: str, seed: int) -> list[str]:
+    """The stages one seed of a run adds: every per-seed stage of its chain built for that seed
+    (its D, training stages and evals), upstream first."""
+    every = kinds()
+    rows = [r for r in plan.run_stages(run) if r.seed == seed]
+    ids = {sid for r in rows for sid in upstream(plan, [r.model_stage, r.eval_stage])}
+    return [sid for sid in plan.run_chain(run) if sid in ids and every[plan.stages[sid].kind].per_seed]
+
+
+def seed_hours(plan: Plan, runs: Iterable[str], root: Path | str) -> float:
+    """Estimated stage-hours of one more seed of each of ``runs`` (their first seed's per-seed
+    stages, priced as new from the store's history)."""
+    sids: list[str] = []
+    for run in runs:
+        seeds = [r.seed for r in plan.run_stages(run)]
+        if seeds:
+            sids += seed_stages(plan, run, seeds[0])
+    return estimate(plan, sids, root, new=lambda sid: True).stage_hours
+
+
 # ------------------------------------------------------------------ budget
 def base_budget(plan: Plan) -> dict[str, Any]:
     """``budget`` of conf/config.yaml as composed (no run's knobs): {gpu_hours, cpu_hours}."""
