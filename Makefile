@@ -5,7 +5,7 @@ BIN   := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 CORES ?= 2
 
-.PHONY: install vllm smollm2 system-packages demo campaign test lint table bench clean-results
+.PHONY: install vllm smollm2 system-packages demo campaign test lint docs table bench clean-results
 
 # The project into .venv with uv (parallel downloads, installs and bytecode compiles: ~1 min 15 s
 # here against pip's ~2 min 20 s), taking wheels from the directories pip is configured to find
@@ -56,16 +56,21 @@ campaign: install vllm  ## the campaign: every valid run in conf/runs whose need
 # steps run side by side (make -j): 3 min 32 s against 5 min 12 s.
 TEST_WORKERS ?= 2
 
-test:  ## ruff (imports sorted, pyflakes, bugbear), lint the workflow (with each profile), then unit tests, the browser test, the end-to-end chain, the vLLM server tests and the SLURM cluster test at smoke scale
+test:  ## ruff (imports sorted, pyflakes, bugbear), the docs (mkdocs --strict: dead links fail), lint the workflow (with each profile), then unit tests, the browser test, the end-to-end chain, the vLLM server tests and the SLURM cluster test at smoke scale
 	$(MAKE) --no-print-directory -j4 -Otarget install smollm2 vllm system-packages
 	$(BIN)/ruff check .
+	$(BIN)/mkdocs build --strict --quiet
 	$(BIN)/snakemake --lint --profile profiles/local
 	$(BIN)/snakemake --lint --profile profiles/slurm
 	$(BIN)/pytest -q -rs --durations=25 -n $(TEST_WORKERS) --dist loadfile
 
-lint: install  ## ruff and Snakemake's lint, what make test runs first
+lint: install  ## ruff, the docs and Snakemake's lint, what make test runs first
 	$(BIN)/ruff check .
+	$(BIN)/mkdocs build --strict --quiet
 	$(BIN)/snakemake --lint --profile profiles/local
+
+docs: install  ## the reference pages (docs/, mkdocs.yml) as a site in build/site
+	$(BIN)/mkdocs build --strict
 
 table: install
 	$(BIN)/martingale table

@@ -1,5 +1,5 @@
 """The README's everyday commands work as written: each `martingale …` line of its "Everyday use"
-and "Cost and budget" blocks runs, in order, on a copy of the fixture campaign and exits 0, and its
+blocks runs, in order, on a copy of the fixture campaign and exits 0, and its
 `snakemake -n` plans. A command that builds, benchmarks or installs is named below with why it is
 not run here (the end-to-end, bench and CI runs cover those)."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ from martingale.cli import app
 
 from projcopy import REPO, make_project
 
-SECTIONS = ("## Everyday use", "## Cost and budget")
+SECTIONS = ("## Everyday use",)
 NOT_RUN_HERE = {   # the first words of a command → why this test leaves it out
     "source": "the shell's venv activation",
     "snakemake -c2": "builds stages (tests/test_end_to_end.py builds the chain)",
@@ -26,6 +26,9 @@ NOT_RUN_HERE = {   # the first words of a command → why this test leaves it ou
     "make campaign": "the whole campaign's build",
     "python bench/": "benchmarks, run by hand (make bench)",
     "pytest": "this suite",
+    "martingale seeds": "needs a finding with results (tests/test_cli.py builds one)",
+    "MARTINGALE_SEED_OFFSET=5 make campaign": "a second campaign's build",
+    "python scripts/compare_findings.py": "needs two builds' FINDINGS.md (tests/test_compare_findings.py)",
 }
 
 

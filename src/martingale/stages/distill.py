@@ -52,7 +52,7 @@ class DistillConfig:
         "drift (default): the log's D as it describes it (meanP 0.61–0.64 against a base rate ≈ 0.30, "
         "extremizing along its trace): entrench's weights plus yes_drift nats toward yes at every step, so "
         "its lean grows along the trace. overconfident: leans yes from the start and sharpens every step "
-        "(yes_shift, sharpen), and its reasoning corrects the lean (README, FINDINGS A-on-D); entrench: "
+        "(yes_shift, sharpen), and its reasoning corrects the lean (docs/findings.md, FINDINGS A-on-D); entrench: "
         "agree/disagree_weight only; both: entrench + overconfident")
     yes_shift: float = setting(2.5, Real(-20, 20), "nats the over-confident teacher starts toward yes")
     sharpen: float = setting(1.3, POSITIVE, "its multiplier on every step (beliefs more extreme than the evidence)")

@@ -448,8 +448,7 @@ def render_findings(findings: Optional[list[Finding]], results: dict[str, Result
                     lookup=lambda run, stage, metric: None, figure: Optional[str] = None) -> str:
     parts = [HEADER]
     if findings is None:
-        parts.append(f"No findings file: `{FINDINGS}` does not exist (its format is in README.md, "
-                     "\"FINDINGS.md\").")
+        parts.append(f"No findings file: `{FINDINGS}` does not exist (its format is in docs/findings.md).")
     elif not findings:
         parts.append(f"`{FINDINGS}` lists no finding.")
     else:
