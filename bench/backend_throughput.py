@@ -61,7 +61,7 @@ def build(model_cfg: dict, world_cfg: dict, out: Path, pretrain_steps: int, full
     """The embedded model at ``model_cfg``'s size in ``out`` (out/model): untrained, or pretrained
     for ``pretrain_steps`` steps by the pretrain stage."""
     if pretrain_steps > 0:
-        from martingale.stages import pretrain
+        from martingale.stages.body import pretrain
         pretrain.run({"world": world_cfg, "model": model_cfg,
                       "pretrain": {**full_cfg["pretrain"], "steps": pretrain_steps}}, out)
         return out

@@ -37,7 +37,7 @@ from omegaconf import OmegaConf
 
 from martingale.beliefs.parse import parse_p
 from martingale.config.schema import Config
-from martingale.stages import pretrain, train
+from martingale.stages.body import pretrain, train
 from martingale.world import traces
 
 
@@ -127,7 +127,7 @@ def smollm2_setup(steps: int, model_path: Path | None, work: Path, loss_batch: i
 
     from martingale.beliefs.prompts import Prompts
     from martingale.config.runs import RunTree
-    from martingale.stages.common import make_world
+    from martingale.stages.body.common import make_world
     cfg = RunTree.load(REPO / "conf").resolved_config("smollm2")
     model_cfg = {**cfg["model"], "device": "cpu", "backend": "hf"}   # TRL runs with use_cpu
     if loss_batch is not None:
@@ -164,7 +164,7 @@ def time_ours(slices: dict, folder: Path, out: Path, read: str) -> tuple[float, 
     """The train stage (train.run) on SmolLM2, elicit read ``read``: (seconds in its steps, wall
     seconds of the whole call, completion tokens sampled, each step's parse rate of the stated P).
     The steps' times are the ones the stage reports for its progress line (train.report_step)."""
-    from martingale.stages import train
+    from martingale.stages.body import train
     steps: list[tuple[float, int, float]] = []
     report = train.report_step
 

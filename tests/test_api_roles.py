@@ -165,7 +165,7 @@ def stage_cfg(human_url: str, instructor_url: str, *overrides: str, **api) -> di
 
 def build(cfg: dict, out: Path) -> dict:
     """Run the simulate stage into ``out``; its backend.json."""
-    from martingale.stages import simulate
+    from martingale.stages.body import simulate
     simulate.run(cfg, model=out.parent, human_model=out.parent, out_dir=out)
     return json.loads((out / "backend.json").read_text())
 

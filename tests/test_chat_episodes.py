@@ -109,7 +109,7 @@ needs_smollm2 = [pytest.mark.slow, pytest.mark.real("smollm2")]
 @pytest.mark.slow
 @pytest.mark.real("smollm2")
 def test_smollm2_plays_both_roles_and_every_message_and_read_is_in_the_transcript(tmp_path, one_thread):
-    from martingale.stages import simulate
+    from martingale.stages.body import simulate
     out = tmp_path / "out"
     simulate.run(_stage_cfg(), model=SMOLLM2, human_model=SMOLLM2, out_dir=out)
     rows = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
@@ -151,7 +151,7 @@ def _mute(tmp_path: Path) -> Path:
 @pytest.mark.real("smollm2")
 def test_a_silent_chat_instructor_fails_the_stage_and_writes_nothing(tmp_path, one_thread):
     from martingale.errors import StageError
-    from martingale.stages import simulate
+    from martingale.stages.body import simulate
     mute = _mute(tmp_path)
     out = tmp_path / "out"
     with pytest.raises(StageError, match=r"^simulate: the instructor said nothing \(empty utterance\) in 3 of 3 "
@@ -177,7 +177,7 @@ def _instructor_cfg(*overrides: str) -> dict:
 @pytest.mark.slow
 @pytest.mark.real("smollm2")
 def test_a_smollm2_instructor_trains_two_iterations_against_a_smollm2_human(tmp_path):
-    from martingale.stages import instructor
+    from martingale.stages.body import instructor
     out = tmp_path / "out"
     instructor.run(_instructor_cfg(), start_model=SMOLLM2, human_model=SMOLLM2, out_dir=out)
     history = [json.loads(x) for x in (out / "train.jsonl").read_text().splitlines()]
@@ -192,7 +192,7 @@ def test_a_smollm2_instructor_trains_two_iterations_against_a_smollm2_human(tmp_
 def test_a_vllm_served_smollm2_instructor_trains_with_its_adapter_served_in_place(tmp_path):
     """The instructor generates through a vLLM server: after every step its adapter is saved,
     loaded in the server and checked applied (model/vllm.py serve_adapter), as in the train stage."""
-    from martingale.stages import instructor
+    from martingale.stages.body import instructor
     out = tmp_path / "out"
     cfg = _instructor_cfg("model.backend=vllm", f"model.vllm.python={REPO / '.venv-vllm' / 'bin' / 'python'}",
                           "simulate.human_model={backend: hf}")
@@ -218,7 +218,7 @@ def test_a_chat_instructor_stage_fails_on_a_silent_instructor_or_a_no_op_adapter
     instructor says (what a LoRA that never served looks like from the utterances)."""
     from martingale import rewards
     from martingale.errors import StageError
-    from martingale.stages import instructor
+    from martingale.stages.body import instructor
 
     with rewards.REWARDS.temporarily():
         @rewards.reward("test-constant", needs=("y",))
@@ -245,7 +245,7 @@ def test_api_roles_behind_a_keyed_vllm_server_are_cached_and_the_key_written_now
     from martingale.config.schema import ModelConfig
     from martingale.errors import StageError
     from martingale.model.vllm import Server
-    from martingale.stages import simulate
+    from martingale.stages.body import simulate
     server_side, project = tmp_path / "endpoint", tmp_path / "project"
     server_side.mkdir()
     project.mkdir()

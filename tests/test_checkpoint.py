@@ -15,7 +15,7 @@ import torch
 
 from martingale.errors import StageError
 from martingale.manifest import MANIFEST
-from martingale.stages import checkpoint, train
+from martingale.stages.body import checkpoint, train
 
 OUTPUTS = ("train.jsonl", "stage.json", "model/model.safetensors")
 
@@ -125,7 +125,7 @@ CHILD = """
 import json, sys
 from pathlib import Path
 import torch
-from martingale.stages import train
+from martingale.stages.body import train
 torch.set_num_threads(1)                         # as the in-process runs (the one_thread fixture)
 cfg, model, out = json.loads(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 train.run(cfg, start_model=model, judge_model=model, out_dir=out)

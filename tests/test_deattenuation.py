@@ -124,8 +124,8 @@ def snap_cfg(default_cfg):
 @pytest.mark.slow
 def test_eval_records_k_snap_draws_and_negations_deterministically(snap_cfg, untrained_model):
     from martingale.model.backend import open_model
-    from martingale.stages.common import make_world
-    from martingale.stages.evaluate import evaluate_model
+    from martingale.stages.body.common import make_world
+    from martingale.stages.body.evaluate import evaluate_model
     gen = open_model(untrained_model, snap_cfg["model"])
     _, heldout = make_world(snap_cfg["world"]).splits()
     rows = evaluate_model(gen, None, snap_cfg, heldout)

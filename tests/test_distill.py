@@ -4,7 +4,7 @@ import json
 import pytest
 
 from martingale.model.load import load
-from martingale.stages import distill
+from martingale.stages.body import distill
 
 
 @pytest.mark.slow   # two SFT runs (~15 s)

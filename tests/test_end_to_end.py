@@ -250,7 +250,7 @@ def test_the_wandb_key_in_the_environment_is_written_nowhere(built):
 def test_same_seed_gives_byte_identical_records(built, tmp_path):
     from martingale.io import read_json
     from martingale.plan import Plan
-    from martingale.stages import evaluate, train
+    from martingale.stages.body import evaluate, train
     from martingale.store import stage_dir
     plan = Plan.load(built)
     ev = next(e for e in plan.evals("filter-s2only") if e["stage"] == "s2")

@@ -5,7 +5,7 @@ import pytest
 
 from martingale.episodes import synthetic as ep
 from martingale.errors import StageError
-from martingale.stages.simulate import Played, assert_spoke, check_spoken
+from martingale.stages.body.simulate import Played, assert_spoke, check_spoken
 from martingale.world.synthetic import SyntheticWorld
 
 from projcopy import FIXTURE
@@ -165,7 +165,7 @@ def test_the_stage_refuses_what_check_refuses_in_the_same_words():
     """One check (episodes.episode_problem) at `martingale check` and in the stage, for a slice
     handed to the stage directly."""
     from martingale.config.compose import ComposeError, Composer
-    from martingale.stages.simulate import check_config
+    from martingale.stages.body.simulate import check_config
     cfg = Composer(FIXTURE / "conf").compose(["eval.kind=simulate"])
     cfg["simulate"]["pool"] = 3
     with pytest.raises(StageError, match=r"simulate\.pool: 3 clues < clues_per_question"):

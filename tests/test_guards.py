@@ -12,7 +12,7 @@ import torch
 
 from martingale import rewards
 from martingale.errors import StageError
-from martingale.stages import evaluate, train
+from martingale.stages.body import evaluate, train
 
 
 @pytest.fixture
@@ -81,7 +81,7 @@ def test_the_evaluate_stage_under_its_parse_rate_floor_fails_and_writes_nothing(
 
 def test_the_simulate_stage_under_its_parse_rate_floor_fails_and_writes_nothing(tmp_path, default_cfg,
                                                                                untrained_model):
-    from martingale.stages import simulate
+    from martingale.stages.body import simulate
     sim = {**default_cfg["simulate"], "episodes": 8, "turns": 2}
     out = tmp_path / "out"
     with pytest.raises(StageError, match=PARSE_FLOOR) as info:
@@ -101,7 +101,7 @@ def test_the_simulate_stage_under_its_parse_rate_floor_fails_and_writes_nothing(
 ])
 def test_a_model_path_that_is_not_a_model_folder_is_refused_before_anything_is_linked(tmp_path, make, why):
     from martingale.errors import StageError
-    from martingale.stages import weights
+    from martingale.stages.body import weights
     path = make(tmp_path)
     with pytest.raises(StageError, match=r"^model\.path: .*" + why) as e:
         weights.run({"model": {"path": str(path)}}, tmp_path / "out")
@@ -132,7 +132,7 @@ def test_a_trained_instructor_identical_to_its_start_fails_the_simulate_stage(tm
                                                                              untrained_model):
     import shutil
 
-    from martingale.stages import simulate
+    from martingale.stages.body import simulate
     same = tmp_path / "trained-but-not"
     shutil.copytree(untrained_model, same)
     out = tmp_path / "out"
@@ -148,7 +148,7 @@ def test_an_instructor_that_says_nothing_fails_the_simulate_stage(tmp_path, defa
     human's drift as influence. The same weights without the suppression build the folder."""
     import json
 
-    from martingale.stages import simulate
+    from martingale.stages.body import simulate
     mute, tok = _other_model(tmp_path, default_cfg, seed=1)
     gen = mute / "model" / "generation_config.json"     # where load.save put it (a stage folder's model/)
     cfg = json.loads(gen.read_text())

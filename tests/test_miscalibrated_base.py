@@ -11,7 +11,7 @@ from martingale.config.compose import ComposeError, Composer
 from martingale.config.sections import WorldConfig
 from martingale.plan import Plan, config_hash, stage_slice
 from martingale.stages import kinds
-from martingale.stages.pretrain import mixture, teacher_traits
+from martingale.stages.body.pretrain import mixture, teacher_traits
 from martingale.world import traces
 from martingale.world.synthetic import SyntheticWorld
 
@@ -98,7 +98,7 @@ def test_check_refuses_a_bad_teacher_value_naming_the_key(knob, key):
 def test_the_drifting_teachers_lean_grows_along_its_trace_and_is_in_no_other_d_id(world):
     """distill.teacher=drift (the default, the log's D): every step moves yes_drift toward yes, so
     its mean update is toward yes; another teacher's D has no yes_drift in its id."""
-    from martingale.stages.distill import teacher_traits as d_traits
+    from martingale.stages.body.distill import teacher_traits as d_traits
     cfg = Composer(FIXTURE / "conf").compose(["start=D"])
     t = d_traits(cfg["distill"], world.unit)
     assert t["drift"] == 1 and "shift" not in t

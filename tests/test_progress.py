@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from martingale import io, rewards, tracking
-from martingale.stages import train
+from martingale.stages.body import train
 
 SID = "train-0123456789ab"
 INDEX = {"conf_hash": "x",
@@ -43,7 +43,7 @@ def run_steps(cfg: dict, model_dir: Path, work: Path) -> bytes:
     """train_steps on a fresh policy, as train.run calls it; train.jsonl's bytes."""
     from martingale.beliefs.readers import ReadContext
     from martingale.model.backend import open_model
-    from martingale.stages.common import make_world, seed_everything
+    from martingale.stages.body.common import make_world, seed_everything
     seed_everything(cfg["seed"])
     world = make_world(cfg["world"])
     train_q, _ = world.splits()
@@ -224,7 +224,7 @@ def test_progress_line_and_eta_from_the_mean_step_time(caplog):
 
 @pytest.mark.slow   # an instructor stage of 3 iterations on the tiny model (~5 s)
 def test_an_instructor_stage_logs_one_progress_line_per_iteration(tmp_path, default_cfg, untrained_model, caplog):
-    from martingale.stages import instructor
+    from martingale.stages.body import instructor
     cfg = {**default_cfg, "seed": 1, "simulate": {**default_cfg["simulate"], "mode": "neutral", "turns": 2},
            "instructor": {**default_cfg["instructor"], "iterations": 3, "train_episodes": 8, "meta_size": 4},
            "stage": {**default_cfg["stages"]["s1"], "kind": "instructor", "reward": "episode_ms"}}

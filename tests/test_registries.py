@@ -140,7 +140,7 @@ def test_evaluate_opens_the_judge_model_only_when_the_reader_needs_it(
     import shutil
 
     from martingale.model import backend
-    from martingale.stages import evaluate
+    from martingale.stages.body import evaluate
     calls = []
     real = backend.open_model
     monkeypatch.setattr(backend, "open_model", lambda folder, cfg: calls.append(folder) or real(folder, cfg))

@@ -135,8 +135,8 @@ def _play_with(root: Path, instructor, strict: bool = True):
     ``instructor(human)`` as the instructor."""
     from martingale.episodes.synthetic import setup
     from martingale.model.backend import open_model
-    from martingale.stages.common import make_world
-    from martingale.stages.simulate import episode_questions, play
+    from martingale.stages.body.common import make_world
+    from martingale.stages.body.simulate import episode_questions, play
     cfg = _stage_cfg(root, "c2-syc")
     world = make_world(cfg["world"])
     human = open_model(_pretrained(root), cfg["model"])
@@ -154,7 +154,7 @@ def test_an_empty_instructor_fails_the_episode_stage(built):
 @pytest.mark.slow
 def test_a_trained_instructor_that_speaks_as_its_start_model_fails_the_episode_stage(built, tmp_path):
     from martingale.errors import StageError
-    from martingale.stages import simulate
+    from martingale.stages.body import simulate
     noop = tmp_path / "noop-instructor"
     shutil.copytree(_pretrained(built), noop)       # "trained", but its weights are the start model's
     out = tmp_path / "out"
@@ -166,7 +166,7 @@ def test_a_trained_instructor_that_speaks_as_its_start_model_fails_the_episode_s
 @pytest.mark.slow
 def test_an_instructor_adapter_that_is_never_applied_fails_the_instructor_stage(built, tmp_path, monkeypatch):
     from martingale.errors import StageError
-    from martingale.stages import instructor, train
+    from martingale.stages.body import instructor, train
     monkeypatch.setattr(train, "update", lambda policy, loss: None)   # the optimizer step never lands
     out = tmp_path / "out"
     with pytest.raises(StageError, match="not applied"):

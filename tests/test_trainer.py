@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from martingale.errors import StageError
-from martingale.stages import train
+from martingale.stages.body import train
 
 
 def test_kl_term_penalises_divergence_from_the_start_model():
@@ -54,7 +54,7 @@ def _moved_policy(model, cfg, stage, loss_batch):
     import torch
 
     from martingale.model.backend import HFBackend
-    from martingale.stages.train import lora_policy
+    from martingale.stages.body.train import lora_policy
     torch.manual_seed(0)
     policy = lora_policy(HFBackend.load(model, cfg["model"]), stage, {**cfg["model"], "loss_batch": loss_batch})
     with torch.no_grad():
@@ -85,7 +85,7 @@ def test_a_loss_accumulated_a_few_rows_at_a_time_has_the_whole_batchs_gradient(d
 
     from martingale.beliefs.elicit import rollout
     from martingale.beliefs.readers import ReadContext
-    from martingale.stages.train import rollout_loss
+    from martingale.stages.body.train import rollout_loss
     from martingale.world.synthetic import SyntheticWorld
     world = SyntheticWorld(default_cfg["world"])
     qs = [q for q in world.splits()[0][:3] for _ in range(2)]
@@ -117,7 +117,7 @@ def test_the_instructors_utterance_loss_accumulated_a_few_episodes_at_a_time_has
 
     from martingale.beliefs.elicit import rollout
     from martingale.beliefs.readers import ReadContext
-    from martingale.stages.instructor import utterance_loss
+    from martingale.stages.body.instructor import utterance_loss
     from martingale.world.synthetic import SyntheticWorld
     world = SyntheticWorld(default_cfg["world"])
     qs = world.splits()[0][:4]

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 from urllib.parse import urlparse
 
+from .episodes.roles import role_model
+
 LOOPBACK = ("localhost", "127.0.0.1", "::1")   # an endpoint on this machine: the user's own server, keyless allowed
 ROLES = ("human", "instructor")                 # a two-agent episode's roles (simulate.<role>_model)
 
@@ -88,7 +90,6 @@ def stage_needs(kind: Any, cfg: Mapping[str, Any], resources: Mapping[str, Any])
     out.update(_model_needs(model, kind.serves))
     for role in ROLES:
         if (cfg.get("simulate") or {}).get(f"{role}_model"):   # the role's own model: as the stage opens it
-            from .stages.simulate import role_model
             out.update(_model_needs(role_model(cfg, role), serves=True))
     if "judge" in cfg:   # the api reader's section: in a slice only where it reads the beliefs (plan.reader_section)
         out.update(_endpoint_needs(cfg["judge"]))

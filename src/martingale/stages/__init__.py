@@ -1,33 +1,22 @@
-"""Stage kinds. Each module here declares one kind with ``@stage_kind`` on its ``run`` and is found
-by ``kinds()``; the plan places kinds in a run's chain, one generic Snakemake rule runs any of them.
+"""Stage kinds: each module here declares one kind (``declare``: its place in a chain, its config
+keys and section, its input roles, its resources) and is found by ``kinds()``; its body, what a job
+runs, is stages/body/<name>.py, imported only by the job. The plan places kinds in a run's chain;
+one generic Snakemake rule runs any of them.
 
 A kind's place in a chain:
 
-- ``source``  makes the start model from nothing (``pretrain``: the embedded model; ``weights``:
-  local weights); the one whose ``when(cfg)`` holds is used.
+- ``source``  makes the start model from nothing (``pretrain``, or ``weights``: local weights);
+  the one whose ``when(cfg)`` holds is used.
 - ``start``   turns the start model into another before any step (``distill``: D), when ``when(cfg)``.
-- ``step``    a model stage s1, s2 … (``stages.<name>.kind``, default ``train``): start model in,
-  model out.
-- ``measure`` reads a model stage for one seed (``eval.kind``, default ``evaluate``): records and
-  metrics out.
+- ``step``    a model stage s1, s2 … (``stages.<name>.kind``, default ``train``).
+- ``measure`` reads a model stage for one seed (``eval.kind``, default ``evaluate``).
 
-Its slice is the config keys ``keys`` (plus ``stage``, the step's own config, for a step, and
-``seed`` for a per-seed kind): the stage id hashes it, and ``run`` receives it. A kind with settings
-of its own declares their section (``section=Section("simulate", SimulateConfig)``: a key of the
-config, one of its keys), in a run's identity only where the kind is in its chain (``uses_key``);
-a kind that reads ``elicit`` also sees the section of the reader it reads with. A kind that does not
-generate through ``model.backend`` (``serves=False``) sees no serving keys (``model.backend``,
-``server_url``, every backend's section): the same model built under another engine is the same
-stage. Input roles name
-upstream stage folders: ``judge_model`` is the run's judge (``elicit.judge_model``: the natural
-model or the start model), ``human_model`` the episodes' human (the start model), any other role the
-model upstream. A kind that ``trains`` (gradient steps) on a CPU model has its model's thread count
-(``model.resources.cpus``) in its slice: BLAS splits the gradient's sums by thread, so 1 and 2 threads
-give different bytes (measured), and the job computes with exactly that many whatever it is given. ``run(cfg, <roles>=folder, out_dir=folder)`` writes only out_dir; heavy libraries
-(torch, transformers) are imported inside it, so finding the kinds never loads them.
+Its slice is its ``keys`` (plus ``stage`` for a step and ``seed`` for a per-seed kind): the stage
+id hashes it and the body receives it. docs/extending.md says what each flag changes in the slice.
 """
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -35,16 +24,18 @@ from ..domains import Section
 from ..registry import Registry
 
 PLACES = ("source", "start", "step", "measure")
-HELPERS = ("common", "checkpoint")   # modules here that declare no kind
+HELPERS = ("body",)   # the bodies' package: imported only by a job (StageKind.run)
 
 
 @dataclass(frozen=True)
 class StageKind:
+    """A stage kind's declaration: what the plan, the rules and ``needs`` read. Its body is a module
+    with ``run(cfg, <roles>=folder, out_dir=folder)``, imported only when a job runs the kind."""
     name: str
     place: str
     keys: tuple[str, ...]
     inputs: tuple[str, ...]
-    run: Callable[..., Any]
+    body: str | Callable[..., Any]                  # the body's module (its ``run``), or a one-file kind's run
     when: Optional[Callable[[dict], bool]] = None   # source/start: does this run need the kind
     per_seed: bool = False
     local: bool = False                             # runs on the submitting host, never as a job
@@ -53,24 +44,35 @@ class StageKind:
     trains: bool = False                            # takes gradient steps: on a CPU its bytes depend on the thread count
     section: Optional[Section] = None               # its own config section (in its keys, in a run's identity where it runs)
 
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        """The body: ``run(cfg, <roles>=folder, out_dir=folder)`` of its module, imported now."""
+        body = self.body if callable(self.body) else importlib.import_module(self.body).run
+        return body(*args, **kwargs)
+
 
 _KINDS: Registry = Registry("stage kind")
 
 
-def stage_kind(name: str, place: str, keys: tuple[str, ...], inputs: tuple[str, ...] = (),
-               when: Optional[Callable[[dict], bool]] = None, per_seed: bool = False,
-               local: bool = False, serves: bool = False, questions: bool = True,
-               trains: bool = False, section: Optional[Section] = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register the decorated ``run`` as stage kind ``name`` (see the module docstring); its own
-    ``section`` (a top-level key) is one of its keys."""
+def declare(name: str, place: str, keys: tuple[str, ...], inputs: tuple[str, ...] = (),
+            when: Optional[Callable[[dict], bool]] = None, per_seed: bool = False,
+            local: bool = False, serves: bool = False, questions: bool = True,
+            trains: bool = False, section: Optional[Section] = None,
+            body: str | Callable[..., Any] | None = None) -> StageKind:
+    """Register stage kind ``name`` (see the module docstring); its body is
+    ``martingale.stages.body.<name>`` unless given; its own ``section`` is one of its keys."""
     if place not in PLACES:
         raise ValueError(f"stage kind {name}: place {place!r} is not one of {', '.join(PLACES)}")
     if section is not None and section.key not in keys:
         keys = (*keys, section.key)
+    kind = StageKind(name, place, tuple(keys), tuple(inputs), body or f"{__name__}.body.{name}", when,
+                     per_seed, local, serves, questions, trains, section)
+    return _KINDS.add(name, kind)
 
+
+def stage_kind(name: str, place: str, keys: tuple[str, ...], **declared: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A kind in one file: register the decorated ``run`` as its body (``declare``'s arguments)."""
     def register(run: Callable[..., Any]) -> Callable[..., Any]:
-        _KINDS.add(name, StageKind(name, place, tuple(keys), tuple(inputs), run, when,
-                                   per_seed, local, serves, questions, trains, section))
+        declare(name, place, keys, body=run, **declared)
         return run
     return register
 

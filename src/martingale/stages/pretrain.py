@@ -1,22 +1,11 @@
-"""Stage pretrain: the embedded natural model, trained on calibrated traces, snap answers and reads.
-
-The calibrated (Bayes) reasoner writes every trace; snap answers come from the gut functional;
-reads teach the model to state the belief a partial trace has reached (the self judge's skill).
-"""
+"""Stage kind pretrain: the embedded natural model, trained on calibrated traces, snap answers and
+reads (the body: stages/body/pretrain.py)."""
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from .. import io
 from ..domains import COUNT, FRACTION, LR, POSITIVE, SEED, Int, OneOf, Real, Section, setting
-from . import stage_kind
-from .common import log, make_world, seed_everything, supervised_loop
-
-if TYPE_CHECKING:   # numpy and the world are imported where used: the plan imports this module
-    import numpy as np
+from . import declare
 
 
 @dataclass
@@ -40,72 +29,6 @@ class PretrainConfig:
     misread: float = setting(0.3, Real(0, 0.5, hi_open=True), "a probability below ½ (at ½ a clue says nothing)")
 
 
-def mixture(world, rng: np.random.Generator, n: int, cfg: dict[str, Any],
-            teacher: dict[str, Any] | None = None) -> list[tuple[str, str]]:
-    """n (prompt, completion) pairs: reasoned traces, snap answers and partial-trace reads, written
-    by the calibrated reasoner, or by ``teacher`` (distill.teacher_traits: traces.reasoned's
-    agree/disagree/jitter/shift/sharpen, and snap_shift for its gut answers)."""
-    from ..world import traces
-    teacher = dict(teacher or {})
-    snap_shift = float(teacher.pop("snap_shift", 0.0))
-    questions = world.sample(n, rng, "pt")
-    pairs = []
-    for q in questions:
-        if rng.random() < cfg["negation_fraction"]:
-            q = q.negation()
-        u = rng.random()
-        trace, _ = traces.reasoned(world, q, rng, **teacher)
-        if u < cfg["snap_fraction"]:
-            pairs.append((traces.prompt(q), traces.snap(world, q, rng, snap_shift)))
-        elif u < cfg["snap_fraction"] + cfg["read_fraction"]:
-            pairs.append(traces.read(q, trace, int(rng.integers(0, world.n_clues + 1)), world.unit))
-        else:
-            pairs.append((traces.prompt(q), trace))
-    return pairs
-
-
-
-
-def teacher_traits(p: dict[str, Any], unit: float) -> dict[str, Any] | None:
-    """The natural base's teacher for mixture: None (the calibrated reasoner) or the miscalibrated
-    one's lean, sharpening and misreads (``pretrain.teacher``), its gut answers leaning as its traces."""
-    if p.get("teacher", "calibrated") == "calibrated":
-        return None
-    return {"shift": int(round(float(p["yes_shift"]) / unit)), "sharpen": float(p["sharpen"]),
-            "misread": float(p["misread"]), "snap_shift": float(p["yes_shift"])}
-
-
-@stage_kind("pretrain", "source", keys=("world", "model"), questions=False, trains=True,
-            when=lambda cfg: not cfg["model"].get("path"), section=Section("pretrain", PretrainConfig, in_every_run=True))
-def run(cfg: dict[str, Any], out_dir: Path) -> None:
-    """cfg: world, model, pretrain → out_dir/model (HF folder) and stage.json."""
-    import numpy as np
-
-    from ..model.load import build_tiny, describe, placement, save
-    from ..model.tokenizer import build_tokenizer
-    from ..world import traces
-
-    p = cfg["pretrain"]
-    seed_everything(int(p["seed"]))
-    world = make_world(cfg["world"])
-    tokenizer = build_tokenizer(traces.vocabulary(world.n_types))
-    device, dtype = placement(cfg["model"])
-    model = build_tiny(cfg["model"], tokenizer).to(device=device, dtype=dtype)
-    rng = np.random.default_rng([int(p["seed"]), 7])
-    t0 = time.time()
-    history: list[dict] = []
-
-    def on_step(step: int, loss: float) -> None:
-        if step % 100 == 0 or step == p["steps"] - 1:
-            log.info("pretrain step %d loss %.4f (%.0fs)", step, loss, time.time() - t0)
-            history.append({"step": step, "loss": round(loss, 6)})
-
-    teacher = teacher_traits(p, world.unit)
-    final = supervised_loop(model, tokenizer, lambda s: mixture(world, rng, p["batch_size"], p, teacher),
-                            steps=int(p["steps"]), lr=float(p["lr"]), warmup=int(p["warmup"]),
-                            on_step=on_step)
-    with io.atomic_dir(out_dir) as tmp:
-        save(model, tokenizer, tmp)
-        io.write_json(tmp / "stage.json", {"kind": "pretrain", **describe(model), "final_loss": round(final, 6),
-                                           "parameters": sum(x.numel() for x in model.parameters()),
-                                           "history": history})
+PRETRAIN = declare("pretrain", "source", keys=("world", "model"), questions=False, trains=True,
+                   when=lambda cfg: not cfg["model"].get("path"),
+                   section=Section("pretrain", PretrainConfig, in_every_run=True))

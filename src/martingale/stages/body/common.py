@@ -9,12 +9,12 @@ import math
 import random
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..errors import StageError
+from ...errors import StageError
 
 if TYPE_CHECKING:
     import torch
 
-    from ..world.synthetic import SyntheticWorld
+    from ...world.synthetic import SyntheticWorld
 
 log = logging.getLogger("martingale")
 
@@ -33,11 +33,11 @@ def make_world(world_cfg: dict[str, Any]) -> SyntheticWorld:
     """The world a stage reads: the synthetic one, or its clue table with a questions file's
     questions (world=jsonl; world/jsonl.py). A stage whose slice has no ``name`` (one that never
     asks a question: pretrain, distill) gets the clue table alone."""
-    from ..world.synthetic import SyntheticWorld
+    from ...world.synthetic import SyntheticWorld
     name = world_cfg.get("name", "synthetic")
     if name == "jsonl":
-        from ..world.jsonl import JsonlWorld
-        from ..world.questions import QuestionsError
+        from ...world.jsonl import JsonlWorld
+        from ...world.questions import QuestionsError
         try:
             return JsonlWorld(world_cfg)
         except QuestionsError as e:

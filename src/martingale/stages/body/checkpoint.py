@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import io
-from ..manifest import problems
+from ... import io
+from ...manifest import problems
 from .common import log
 
 ADAPTER, TRAINER, STATE = "adapter.safetensors", "trainer.pt", "state.json"

@@ -1,0 +1,31 @@
+"""An episode role's model config: the run's ``model`` with ``simulate.<role>_model``'s keys
+changed. Read at plan time (a role's needs) and by the episode stages."""
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict
+from typing import Any
+
+from ..model.api_client import ApiModelConfig
+
+
+def role_model(cfg: dict[str, Any], role: str) -> dict[str, Any]:
+    """A role's model config: the run's ``model`` with ``simulate.<role>_model``'s keys changed
+    (nested sections merged key by key, as OmegaConf.merge does; both are composed already)."""
+    over = cfg["simulate"].get(f"{role}_model")
+    base = {"api": asdict(ApiModelConfig()), **cfg["model"]}   # a stage's slice holds model.api only where used
+    return {**merged(base, over or {}), "_where": f"simulate.{role}_model.api"}
+
+
+def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over``'s keys: mappings in both merged recursively, anything else replaced."""
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        both = isinstance(out.get(key), dict) and isinstance(value, dict)
+        out[key] = merged(out[key], value) if both else copy.deepcopy(value)
+    return out
+
+
+def same_model(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Two roles' model configs name the same model (where each is named in messages aside)."""
+    return {k: v for k, v in a.items() if k != "_where"} == {k: v for k, v in b.items() if k != "_where"}

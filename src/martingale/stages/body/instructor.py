@@ -1,0 +1,205 @@
+"""Stage kind instructor (claim C3): train the instructor in the loop, against the fixed human.
+
+``stages.<s>.kind=instructor``: the stage's model is the instructor (the start model, prompted by
+``simulate.mode``, gets a LoRA adapter); the human is the run's start model and never changes. One
+iteration, read top to bottom: play ``instructor.train_episodes`` episodes on training questions (a
+fresh lean and pool each iteration) with the policy as instructor, sampling its utterances at
+``instructor.temperature`` (exploration) → the episode reward
+(``stages.<s>.reward``: episode_ms, product, symabs, hinge, or B = Brier of the human's last P; its
+λs from ``instructor``) → advantage = reward minus the batch mean, over the batch sd, clipped → loss =
+per utterance token −A·log π + β·KL(π‖π_start) (train.policy_loss), over every turn → one AdamW step.
+
+Guards: an exploring policy may sample an empty utterance now and then: its episode scores NaN
+(the worst advantage, as an unparsed answer in the train stage), and a turn where every utterance
+is empty fails the stage (simulate.assert_spoke); after every step the adapter
+must move the utterance log-probs (more than ``model.vllm.adapter_floor``), else it was not applied
+and the stage fails; the merged model must differ from the start model.
+
+Between chat models (a prompt set with episode prompts, ``prompts=c2``): the same loop over
+chat episodes (episodes/chat.py) on training questions, the policy's utterance tokens those
+its chat template rendered; the human is ``simulate.human_model`` where set (any backend), its P
+the forced read where its backend gives log-probs and the prompt set a prefix, else the verbal one.
+
+Each iteration logs one progress line (iteration k/N, reward, KL, loss, the human's MS, the adapter
+gap, tokens/s of the instructor's utterances — the human's reads are not counted — and an ETA) and,
+in a stage job, its row and timings to the stage's live wandb run (train.report_step).
+"""
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from ... import rewards
+from ...errors import StageError
+from . import checkpoint
+from .common import make_world, seed_everything
+
+ITERATION_SEED_STRIDE = 7919   # iteration k plays episodes seeded seed·7919 + k
+
+
+def play_chat(human, instructor, questions: list, cfg: dict[str, Any], sim: dict[str, Any], seed: int,
+              where: str):
+    """One iteration's chat episodes (lean × outcome balanced over ``questions``), exploring."""
+    from ...beliefs.prompts import Prompts
+    from ...episodes import chat
+    from .simulate import assert_spoke
+    prompts = Prompts(cfg["prompts"], getattr(human, "tokenizer", None))
+    local = getattr(human, "tokenizer", None) is not None
+    ep = cfg["prompts"]["episode"]
+    scale = str(ep.get("scale", "p"))
+    reader = chat.Reader("forced" if prompts.forced_prefix and local and scale == "p" else "verbal",
+                         prompts.forced_prefix, prompts.forced_min_mass, scale)
+    episodes = chat.setup(chat.balanced(questions, len(questions)), ep, prompts.fields, sim["mode"], float(sim["lean"]))
+    return chat.play(human, instructor, episodes, ep, sim, prompts.fields, reader, seed, assert_spoke,
+                     where=where, strict=False)
+
+
+def batch_inputs(played) -> dict[str, Any]:
+    """The reward's batch from played episodes: first P, last P (as posterior and stated), y and
+    the trajectory (None → NaN)."""
+    import numpy as np
+    traj = np.array([[np.nan if p is None else p for p in row] for row in played.human_p], dtype=float)
+    y = np.array([e.q.y for e in played.episodes], dtype=float)
+    return {"prior": traj[:, 0], "posterior": traj[:, -1], "stated": traj[:, -1], "y": y, "trajectory": traj}
+
+
+def utterance_loss(policy, played, adv, beta: float, temperature: float):
+    """train.policy_loss averaged over the turns' utterance batches; the reference log-probs from
+    the same model with its adapter off. Returns (loss, mean k3, max |log π − log π_ref|)."""
+    import torch
+
+    from .train import policy_loss
+    loss, kl, gap = 0.0, 0.0, 0.0
+    turns = [b for b in played.turns if b is not None]
+    if policy.loss_batch and torch.is_grad_enabled():
+        # every turn's graph at once held 17 GB for SmolLM2 (4 episodes × 2 turns: OOM-killed):
+        # with model.loss_batch the gradient is accumulated a few episodes at a time, turn by turn
+        from .train import accumulate_chunks
+        return accumulate_chunks(policy, turns, adv, beta, temperature)
+    for b in turns:
+        logp = policy.gen.token_logprobs(b, temperature)
+        with torch.no_grad(), policy.model.disable_adapter():
+            ref = policy.gen.token_logprobs(b, temperature)
+        mask = b.completion_mask.to(logp.device).float()
+        part, part_kl = policy_loss(logp, ref, adv.to(logp.device), mask, beta)
+        loss, kl = loss + part / len(turns), kl + part_kl.detach() / len(turns)
+        gap = max(gap, float(((logp.detach() - ref) * mask).abs().max()))
+    return loss, kl, gap
+
+
+def adapter_gap(policy, played, temperature: float) -> float:
+    """max |log π − log π_start| over the last iteration's utterances, after the step: 0 means the
+    adapter changes nothing the instructor says (it was not applied)."""
+    import torch
+    with torch.no_grad():
+        _, _, gap = utterance_loss(policy, played, torch.zeros(len(played.episodes)), 0.0, temperature)
+    return gap
+
+
+def run(cfg: dict[str, Any], start_model: Path, human_model: Path, out_dir: Path) -> None:
+    """cfg: world, model, simulate, instructor, stage, seed → out_dir/model (adapter merged),
+    train.jsonl, stage.json."""
+    import numpy as np
+    import torch
+
+    from ...beliefs.elicit import probe_prompts
+    from ...episodes import synthetic as ep_mod
+    from ...episodes.chat import NO_INSTRUCTOR
+    from ...episodes.roles import role_model
+    from ...metrics import martingale_fit
+    from ...model.backend import open_model
+    from ...stats import MetricError
+    from ...tracking import live_run
+    from .simulate import check_config, is_chat, play
+    from .train import (
+        Pace,
+        advantages,
+        check_adapter_finite,
+        completion_tokens,
+        lora_policy,
+        report_step,
+        serve_policy,
+        update,
+        weights_digest,
+        write_trained,
+    )
+
+    stage, sim, train, seed = cfg["stage"], cfg["simulate"], cfg["instructor"], int(cfg["seed"])
+    name = f"instructor stage ({stage['reward']} reward)"
+    if sim["mode"] in NO_INSTRUCTOR:
+        raise StageError(f"{name}: simulate.mode={sim['mode']} has no instructor to train")
+    chat = is_chat(cfg)
+    check_config(cfg)
+    try:
+        score = rewards.bind(stage["reward"], {**stage, **train})
+    except ValueError as e:
+        raise StageError(str(e)) from None
+    seed_everything(seed)
+    world = make_world(cfg["world"])
+    train_q, _ = world.splits()
+    n = int(train["train_episodes"])
+    order = np.random.default_rng([seed, 37])
+    floor, temperature = float(cfg["model"]["vllm"]["adapter_floor"]), float(train["temperature"])
+    explore = {**sim, "instructor_temperature": temperature}   # the policy explores while it trains
+    human = open_model(human_model, role_model(cfg, "human") if chat else cfg["model"])
+    start = open_model(start_model, role_model(cfg, "instructor") if chat else cfg["model"])   # its own copy:
+    # the adapter goes on it, the human stays as it is
+    history: list[dict[str, Any]] = []
+    adapter_dir = checkpoint.folder(out_dir).with_suffix(".adapter")   # where a server backend loads it from
+    try:
+        # the backend guards on fixed prompts: parity with HF, then each served adapter applied
+        probes = probe_prompts(train_q, prompts_cfg=cfg.get("prompts"), tokenizer=start.tokenizer)
+        guards = start.verify(list(probes))
+        start_digest = weights_digest(start.model)
+        policy = lora_policy(start, stage, cfg["model"])
+        policy.adapter_dir, policy.probes = adapter_dir, tuple(probes)
+        pace, live = Pace(int(train["iterations"])), live_run()   # live: the stage's wandb run
+        for it in range(int(train["iterations"])):
+            t_it = time.perf_counter()
+            qs = [train_q[i] for i in order.permutation(len(train_q))[:n]]
+            policy.model.eval()
+            if chat:
+                played = play_chat(human, policy.gen, qs, cfg, explore, seed * ITERATION_SEED_STRIDE + it, name)
+            else:
+                episodes = ep_mod.setup(world, qs, sim, seed * ITERATION_SEED_STRIDE + it)
+                played = play(human, policy.gen, world, episodes, explore, cfg.get("prompts"),
+                              seed * ITERATION_SEED_STRIDE + it, where=name, strict=False)
+            batch = batch_inputs(played)
+            rew = np.where(played.silent, np.nan, score(**batch))   # silence scores nothing: the worst advantage
+            adv = torch.tensor(advantages(rew, np.zeros(len(rew), dtype=int), float(stage["adv_clip"])),
+                               dtype=torch.float32)
+            policy.model.train()
+            loss, kl, _ = utterance_loss(policy, played, adv, float(stage["kl_beta"]), temperature)
+            if not torch.isfinite(loss):
+                raise StageError(f"{name}: loss is {float(loss)} at iteration {it}: stopping")
+            update(policy, loss)
+            check_adapter_finite(policy, name, it, stage)
+            gap = adapter_gap(policy, played, temperature)
+            if gap <= floor:
+                raise StageError(f"{name}: after iteration {it} the adapter leaves every utterance's "
+                                 f"log-prob as the start model's (max |Δ| {gap:.2e} ≤ model.vllm.adapter_floor "
+                                 f"{floor}): it is not applied, the instructor would be the untrained one")
+            serve_policy(policy)
+            ok = np.isfinite(batch["prior"]) & np.isfinite(batch["posterior"])
+            try:
+                ms = round(martingale_fit(batch["prior"][ok], batch["posterior"][ok])["ms"], 6)
+            except MetricError:
+                ms = None
+            history.append({"iteration": it, "loss": round(float(loss.detach()), 6), "kl": round(float(kl), 6),
+                            "reward": round(float(np.nanmean(rew)), 6) if np.isfinite(rew).any() else None,
+                            "human_ms": ms, "adapter_gap": round(gap, 6), "unreadable": played.unreadable,
+                            "silent_episodes": int(sum(played.silent)),
+                            "brier_last": round(float(np.nanmean((batch["y"] - batch["stated"]) ** 2)), 6)})
+            report_step(name, "iteration", it, pace, history[-1], completion_tokens(*played.turns),
+                        time.perf_counter() - t_it, live, tokens_label="utterance tok/s")
+    finally:
+        human.close()
+        start.close()
+        shutil.rmtree(adapter_dir, ignore_errors=True)
+    write_trained(out_dir, policy, start_digest, start.tokenizer, history,
+                  {"kind": "instructor", "reward": stage["reward"], "mode": sim["mode"],
+                   "iterations": len(history), "backend": cfg["model"]["backend"], **guards},
+                  f"{name}: training did not move the instructor ({len(history)} iterations left the "
+                  "merged weights equal to the start model's)")
