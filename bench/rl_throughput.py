@@ -38,6 +38,7 @@ from omegaconf import OmegaConf
 from martingale.beliefs.parse import parse_p
 from martingale.config.schema import Config
 from martingale.stages.body import pretrain, train
+from martingale.training import progress
 from martingale.world import traces
 
 
@@ -163,23 +164,23 @@ def smollm2_setup(steps: int, model_path: Path | None, work: Path, loss_batch: i
 def time_ours(slices: dict, folder: Path, out: Path, read: str) -> tuple[float, float, float, list[float]]:
     """The train stage (train.run) on SmolLM2, elicit read ``read``: (seconds in its steps, wall
     seconds of the whole call, completion tokens sampled, each step's parse rate of the stated P).
-    The steps' times are the ones the stage reports for its progress line (train.report_step)."""
+    The steps' times are the ones the stage reports for its progress line (progress.report_step)."""
     from martingale.stages.body import train
     steps: list[tuple[float, int, float]] = []
-    report = train.report_step
+    report = progress.report_step
 
     def record(name, unit, index, pace, row, tokens, seconds, *a, **kw):
         steps.append((seconds, tokens, row["parse_rate"]))
         return report(name, unit, index, pace, row, tokens, seconds, *a, **kw)
 
     elicit = {"mode": "samemode", "judge": "trace", "judge_model": "base", "cut": 0.5, "read": read}
-    train.report_step = record
+    progress.report_step = record
     try:
         t0 = time.perf_counter()
         train.run({**slices, "elicit": elicit}, folder, folder, out)
         wall = time.perf_counter() - t0
     finally:
-        train.report_step = report
+        progress.report_step = report
     return sum(s for s, _, _ in steps), wall, sum(t for _, t, _ in steps), [r for _, _, r in steps]
 
 

@@ -15,7 +15,9 @@ import torch
 
 from martingale.errors import StageError
 from martingale.manifest import MANIFEST
-from martingale.stages.body import checkpoint, train
+from martingale.stages.body import train
+from martingale.training import checkpoint
+from martingale.training.policy import Policy, check_adapter_finite, lora_policy
 
 OUTPUTS = ("train.jsonl", "stage.json", "model/model.safetensors")
 
@@ -32,9 +34,9 @@ def tiny_cfg(default_cfg, **stage) -> dict:
             "elicit": {**default_cfg["elicit"], "mode": "snap"}}
 
 
-def policy_of(model_dir: Path, cfg: dict) -> train.Policy:
+def policy_of(model_dir: Path, cfg: dict) -> Policy:
     from martingale.model.backend import open_model
-    return train.lora_policy(open_model(model_dir, cfg["model"]), cfg["stage"], cfg["model"])
+    return lora_policy(open_model(model_dir, cfg["model"]), cfg["stage"], cfg["model"])
 
 
 def adapter_copy(policy) -> dict:
@@ -113,12 +115,12 @@ def test_nan_weights_at_load_fail_the_stage_naming_the_tensor(tmp_path, default_
 def test_inf_in_the_adapter_after_a_step_stops_the_stage_naming_the_tensor(default_cfg, untrained_model):
     cfg = tiny_cfg(default_cfg)
     policy = policy_of(untrained_model, cfg)
-    train.check_adapter_finite(policy, "train stage", 0, cfg["stage"])
+    check_adapter_finite(policy, "train stage", 0, cfg["stage"])
     name, p = next(iter(checkpoint.adapter(policy.model).items()))
     with torch.no_grad():
         p[0, 0] = float("inf")
     with pytest.raises(StageError, match=rf"adapter weights hold NaN/Inf \(tensor {name}\) after step 7"):
-        train.check_adapter_finite(policy, "train stage", 7, cfg["stage"])
+        check_adapter_finite(policy, "train stage", 7, cfg["stage"])
 
 
 CHILD = """

@@ -23,6 +23,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("world", {"world"}),
     ("beliefs", {"beliefs"}),
     ("episodes", {"episodes"}),
+    ("training", {"training"}),
     ("stages", {"stages"}),
     ("config", {"config"}),
     ("plan", {"needs", "plan", "cost"}),

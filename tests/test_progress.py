@@ -12,6 +12,8 @@ import pytest
 
 from martingale import io, rewards, tracking
 from martingale.stages.body import train
+from martingale.training.policy import lora_policy
+from martingale.training.progress import Pace, report_step
 
 SID = "train-0123456789ab"
 INDEX = {"conf_hash": "x",
@@ -47,7 +49,7 @@ def run_steps(cfg: dict, model_dir: Path, work: Path) -> bytes:
     seed_everything(cfg["seed"])
     world = make_world(cfg["world"])
     train_q, _ = world.splits()
-    policy = train.lora_policy(open_model(model_dir, cfg["model"]), cfg["stage"], cfg["model"])
+    policy = lora_policy(open_model(model_dir, cfg["model"]), cfg["stage"], cfg["model"])
     history = train.train_steps(policy, rewards.bind("B", cfg["stage"]), train_q,
                                 ReadContext(world=world, config=cfg), cfg, work / ".ckpt", "train stage")
     io.write_jsonl(work / "train.jsonl", history)
@@ -210,11 +212,11 @@ def test_a_failed_stage_finishes_its_live_run_as_failed(tmp_path, monkeypatch):
 
 
 def test_progress_line_and_eta_from_the_mean_step_time(caplog):
-    pace, live = train.Pace(10), tracking.LiveRun(FakeRun())
+    pace, live = Pace(10), tracking.LiveRun(FakeRun())
     with caplog.at_level(logging.INFO, logger="martingale"):
-        train.report_step("train stage", "step", 0, pace, {"step": 0, "reward": -0.25, "kl": 0.0, "loss": 0.1,
+        report_step("train stage", "step", 0, pace, {"step": 0, "reward": -0.25, "kl": 0.0, "loss": 0.1,
                                                            "parse_rate": 1.0}, 300, 2.0, live)
-        train.report_step("train stage", "step", 1, pace, {"step": 1, "reward": None, "kl": 0.0, "loss": 0.1,
+        report_step("train stage", "step", 1, pace, {"step": 1, "reward": None, "kl": 0.0, "loss": 0.1,
                                                            "parse_rate": 0.5}, 100, 4.0, live)
     assert caplog.records[-1].getMessage() == ("train stage step 2/10 reward - kl 0 loss 0.1 parse 0.5 "
                                                "25 tok/s 4.00s/step eta 0:00:24")

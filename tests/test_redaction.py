@@ -140,7 +140,7 @@ def test_only_io_writes_files_in_the_package():
     redacts each write."""
     src = Path(__file__).resolve().parents[1] / "src" / "martingale"
     allowed = {("manifest.py", "write_text("), ("model/load.py", "save_pretrained("),
-               ("stages/body/checkpoint.py", "torch.save("), ("model/vllm.py", "model.save_pretrained(folder)"),
+               ("training/checkpoint.py", "torch.save("), ("model/vllm.py", "model.save_pretrained(folder)"),
                ("model/vllm.py", 'open(log_path, "w"')}
     pattern = re.compile(r"open\([^)]*['\"][wax]b?\+?['\"]|\.write_text\(|\.write_bytes\(|json\.dump\(|"
                          r"yaml\.(?:safe_)?dump\([^)]*,\s*\w|save_pretrained\(|torch\.save\(")

@@ -84,7 +84,7 @@ def test_a_stage_that_leaves_the_real_model_unmoved_fails(tmp_path):
 
     from martingale.errors import StageError
     from martingale.model.load import load
-    from martingale.stages.body.train import Policy, weights_digest, write_trained
+    from martingale.training.policy import Policy, weights_digest, write_trained
     model, tok = load(MODEL, {"dtype": "float32", "device": "cpu"})
     digest = weights_digest(model)
     peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))

@@ -5,6 +5,7 @@ import torch
 
 from martingale.errors import StageError
 from martingale.stages.body import train
+from martingale.training.loss import advantages, policy_loss
 
 
 def test_kl_term_penalises_divergence_from_the_start_model():
@@ -12,9 +13,9 @@ def test_kl_term_penalises_divergence_from_the_start_model():
     logits = torch.tensor([[1.0, 0.0, -1.0]], requires_grad=True)
     mask = torch.ones(1, 3)
     zero_adv = torch.zeros(1)
-    same, kl_same = train.policy_loss(torch.log_softmax(logits, -1), ref, zero_adv, mask, beta=1.0)
+    same, kl_same = policy_loss(torch.log_softmax(logits, -1), ref, zero_adv, mask, beta=1.0)
     moved = torch.log_softmax(logits + torch.tensor([[3.0, 0.0, 0.0]]), -1)
-    far, kl_far = train.policy_loss(moved, ref, zero_adv, mask, beta=1.0)
+    far, kl_far = policy_loss(moved, ref, zero_adv, mask, beta=1.0)
     assert kl_same.item() == pytest.approx(0.0, abs=1e-7)
     assert kl_far.item() > 0 and far.item() > same.item()
 
@@ -22,7 +23,7 @@ def test_kl_term_penalises_divergence_from_the_start_model():
 def test_kl_gradient_pulls_the_policy_back_towards_the_start_model():
     ref = torch.tensor([[-0.5, -1.5]])
     logp = torch.tensor([[-2.0, -0.1]], requires_grad=True)
-    loss, _ = train.policy_loss(logp, ref, torch.zeros(1), torch.ones(1, 2), beta=1.0)
+    loss, _ = policy_loss(logp, ref, torch.zeros(1), torch.ones(1, 2), beta=1.0)
     loss.backward()
     # Lower loss means moving log π towards ref: the gradient points away from ref.
     assert logp.grad[0, 0] < 0 and logp.grad[0, 1] > 0
@@ -30,7 +31,7 @@ def test_kl_gradient_pulls_the_policy_back_towards_the_start_model():
 
 def test_positive_advantage_raises_the_sample_log_prob():
     logp = torch.tensor([[-1.0]], requires_grad=True)
-    loss, _ = train.policy_loss(logp, logp.detach(), torch.tensor([1.0]), torch.ones(1, 1), beta=0.0)
+    loss, _ = policy_loss(logp, logp.detach(), torch.tensor([1.0]), torch.ones(1, 1), beta=0.0)
     loss.backward()
     assert logp.grad.item() < 0
 
@@ -38,14 +39,14 @@ def test_positive_advantage_raises_the_sample_log_prob():
 def test_advantages_are_group_centred_batch_normalised_and_clipped():
     r = np.array([1.0, 0.0, 5.0, 5.0, 0.0, 100.0])
     g = np.array([0, 0, 1, 1, 2, 2])
-    a = train.advantages(r, g, clip=1.5)
+    a = advantages(r, g, clip=1.5)
     assert a[2] == a[3] == 0.0          # no spread within a question: no signal
     assert a[0] > 0 > a[1]
     assert np.abs(a).max() <= 1.5
 
 
 def test_unparsed_sample_gets_the_worst_advantage():
-    a = train.advantages(np.array([0.2, np.nan, 0.1, 0.3]), np.zeros(4, int), clip=3.0)
+    a = advantages(np.array([0.2, np.nan, 0.1, 0.3]), np.zeros(4, int), clip=3.0)
     assert a[1] == -3.0 and np.isfinite(a).all()
 
 
@@ -54,7 +55,7 @@ def _moved_policy(model, cfg, stage, loss_batch):
     import torch
 
     from martingale.model.backend import HFBackend
-    from martingale.stages.body.train import lora_policy
+    from martingale.training.policy import lora_policy
     torch.manual_seed(0)
     policy = lora_policy(HFBackend.load(model, cfg["model"]), stage, {**cfg["model"], "loss_batch": loss_batch})
     with torch.no_grad():
@@ -64,7 +65,7 @@ def _moved_policy(model, cfg, stage, loss_batch):
 
 
 def test_constant_rewards_give_zero_advantage():
-    assert np.all(train.advantages(np.ones(6), np.array([0, 0, 0, 1, 1, 1]), 3.0) == 0)
+    assert np.all(advantages(np.ones(6), np.array([0, 0, 0, 1, 1, 1]), 3.0) == 0)
 
 
 @pytest.mark.slow   # loads and steps a model (~20 s with the fixture)
@@ -85,7 +86,7 @@ def test_a_loss_accumulated_a_few_rows_at_a_time_has_the_whole_batchs_gradient(d
 
     from martingale.beliefs.elicit import rollout
     from martingale.beliefs.readers import ReadContext
-    from martingale.stages.body.train import rollout_loss
+    from martingale.training.loss import rollout_loss
     from martingale.world.synthetic import SyntheticWorld
     world = SyntheticWorld(default_cfg["world"])
     qs = [q for q in world.splits()[0][:3] for _ in range(2)]

@@ -1,28 +1,24 @@
-"""What every stage shares: seeding, the world, and the supervised next-token loop (pretrain, distill).
-
-Light to import (torch, numpy and the world are imported inside the functions that use them): the
-plan imports every stage module to find its kind."""
+"""What every stage body shares: seeding, the world, and the supervised next-token loop (pretrain)."""
 from __future__ import annotations
 
 import logging
 import math
 import random
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
+
+import numpy as np
+import torch
 
 from ...errors import StageError
-
-if TYPE_CHECKING:
-    import torch
-
-    from ...world.synthetic import SyntheticWorld
+from ...world.jsonl import JsonlWorld
+from ...world.questions import QuestionsError
+from ...world.synthetic import SyntheticWorld
 
 log = logging.getLogger("martingale")
 
 
 def seed_everything(seed: int) -> None:
     """Wire one seed into python, numpy and torch; single-threaded determinism on CPU."""
-    import numpy as np
-    import torch
     random.seed(seed)
     np.random.seed(seed % (2**32))
     torch.manual_seed(seed)
@@ -33,11 +29,8 @@ def make_world(world_cfg: dict[str, Any]) -> SyntheticWorld:
     """The world a stage reads: the synthetic one, or its clue table with a questions file's
     questions (world=jsonl; world/jsonl.py). A stage whose slice has no ``name`` (one that never
     asks a question: pretrain, distill) gets the clue table alone."""
-    from ...world.synthetic import SyntheticWorld
     name = world_cfg.get("name", "synthetic")
     if name == "jsonl":
-        from ...world.jsonl import JsonlWorld
-        from ...world.questions import QuestionsError
         try:
             return JsonlWorld(world_cfg)
         except QuestionsError as e:
@@ -49,7 +42,6 @@ def make_world(world_cfg: dict[str, Any]) -> SyntheticWorld:
 
 def encode_pairs(tokenizer, pairs: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
     """Tokenise (prompt, completion) pairs; labels only on completion tokens, right-padded."""
-    import torch
     prompts = tokenizer([p for p, _ in pairs], add_special_tokens=False)["input_ids"]
     comps = tokenizer([c for _, c in pairs], add_special_tokens=False)["input_ids"]
     width = max(len(p) + len(c) for p, c in zip(prompts, comps))
@@ -68,7 +60,6 @@ def supervised_loop(model, tokenizer, next_pairs: Callable[[int], list[tuple[str
                     steps: int, lr: float, warmup: int, on_step: Callable[[int, float], None] | None = None,
                     params=None) -> float:
     """AdamW with warmup + cosine decay on completion-token cross-entropy; returns the final loss."""
-    import torch
     params = [p for p in (params or model.parameters()) if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
     sched = torch.optim.lr_scheduler.LambdaLR(

@@ -25,8 +25,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+import datasets
+import numpy as np
+from datasets import Dataset
+from peft import LoraConfig
+from transformers import PrinterCallback, ProgressCallback, Trainer, TrainerCallback
+from trl import SFTConfig, SFTTrainer
+
 from ... import io
 from ...errors import StageError
+from ...model.load import describe, load, save
 from .common import log, make_world, seed_everything
 from .pretrain import mixture
 
@@ -41,7 +49,6 @@ def lora_config(d: dict[str, Any], model_cfg: dict[str, Any]):
     multiplies by ``lm_head.weight`` directly, so such an adapter would never train), even though
     this stage computes the loss without the fused head. ``modules_to_save`` trains a copy of the
     head instead (vocabulary × hidden ≈ 23k weights); merging writes that copy into the model."""
-    from peft import LoraConfig
     targets = list(model_cfg["lora_targets"]) + ["gate_proj", "up_proj", "down_proj", "embed_tokens"]
     return LoraConfig(r=int(d["lora_r"]), lora_alpha=2 * int(d["lora_r"]), lora_dropout=0.0,
                       target_modules=sorted(set(t for t in targets if t != "lm_head")),
@@ -71,8 +78,6 @@ def distill_seed(cfg: dict[str, Any]) -> int:
 
 def dataset(cfg: dict[str, Any]):
     """steps × batch_size (prompt, completion) pairs of the biased teacher; completions carry a leading space."""
-    import numpy as np
-    from datasets import Dataset
     d = cfg["distill"]
     world = make_world(cfg["world"])
     rng = np.random.default_rng([distill_seed(cfg), 13])
@@ -82,7 +87,6 @@ def dataset(cfg: dict[str, Any]):
 
 def sft_config(d: dict[str, Any], seed: int, output_dir: str, device: str = "cpu", dtype: str = "float32"):
     """TRL's config for the D adapter; on a GPU the Trainer runs there, in the model's half precision."""
-    from trl import SFTConfig
     gpu = device.startswith("cuda")
     return SFTConfig(
         output_dir=output_dir, use_cpu=not gpu, bf16=gpu and dtype == "bfloat16",
@@ -98,8 +102,6 @@ def sft_config(d: dict[str, Any], seed: int, output_dir: str, device: str = "cpu
 
 
 def _trainer_class():
-    from transformers import Trainer
-    from trl import SFTTrainer
 
     class SFTTrainerPlainLoss(SFTTrainer):
         """SFTTrainer with the model's own causal-LM loss (mean over completion tokens).
@@ -117,7 +119,6 @@ def _trainer_class():
 
 
 def _loss_callback(steps: int, history: list[dict], losses: list[float], t0: float):
-    from transformers import TrainerCallback
 
     class LossLog(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
@@ -136,10 +137,7 @@ def _loss_callback(steps: int, history: list[dict], losses: list[float], t0: flo
 
 def run(cfg: dict[str, Any], base_model: Path, out_dir: Path) -> None:
     """cfg: world, model, distill, seed; base_model: the start model's stage folder → out_dir/model (D)."""
-    import datasets
-    from transformers import PrinterCallback, ProgressCallback
 
-    from ...model.load import describe, load, save
 
     d, seed = cfg["distill"], distill_seed(cfg)
     seed_everything(seed)

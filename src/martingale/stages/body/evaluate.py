@@ -15,8 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from ... import io
+from ...beliefs.elicit import cut_index, judge_needed, probe_prompts, rollout
+from ...beliefs.forced import answer_context, forced_reads
 from ...beliefs.parse import parse_p
+from ...beliefs.prompts import Prompts
+from ...beliefs.readers import ReadContext
 from ...errors import StageError
+from ...metrics import stage_metrics
+from ...model.backend import open_models
+from ...model.load import describe
 from .common import log, make_world, seed_everything
 
 
@@ -32,7 +39,6 @@ def snap_draws(gen, questions, k: int, seed: int, temperature: float,
                prompts_cfg: dict[str, Any] | None = None) -> list[list[float | None]]:
     """K re-draws of each question's snap prior (the same prompt as beliefs.elicit.rollout's snap
     answer) with backend ``gen``, each with its own seed: per question, the K stated P (None = unparsed)."""
-    from ...beliefs.prompts import Prompts
     ask = Prompts(prompts_cfg, getattr(gen, "tokenizer", None))
     prompts = [ask.snap(q) for q in questions]
     draws = []
@@ -46,8 +52,6 @@ def negation_stated(gen, world, questions, seed: int, temperature: float,
                     prompts_cfg: dict[str, Any] | None = None, read: str = "verbal") -> list[float | None]:
     """The stated P of each question's negation (a reasoned trace on ``Q not ...``), backend ``gen``,
     by the run's read (``elicit.read``: the P it writes, or its forced read after the trace)."""
-    from ...beliefs.forced import answer_context, forced_reads
-    from ...beliefs.prompts import Prompts
     ask = Prompts(prompts_cfg, getattr(gen, "tokenizer", None))
     prompts = [ask.reasoned(q.negation()) for q in questions]
     batch = gen.sample(prompts, ask.trace_tokens(world.n_clues), temperature, seed + NEGATION_SEED)
@@ -66,8 +70,6 @@ def evaluate_model(gen, judge, cfg: dict[str, Any], questions, ctx=None) -> list
     """One record per question: the model's (backend ``gen``) beliefs, read with ``judge`` (a
     backend, or None when the reader needs none; ``ctx`` a ReadContext the caller closes), beside
     the trace's own and the oracle's."""
-    from ...beliefs.elicit import cut_index, rollout
-    from ...beliefs.readers import ReadContext
 
     world = make_world(cfg["world"])
     ctx = ctx or ReadContext(world=world, judge=judge, config=cfg)
@@ -108,11 +110,6 @@ def evaluate_model(gen, judge, cfg: dict[str, Any], questions, ctx=None) -> list
 
 def run(cfg: dict[str, Any], model: Path, judge_model: Path, out_dir: Path) -> None:
     """cfg: world, model, elicit, eval, seed → out_dir/records.jsonl and out_dir/metrics.json."""
-    from ...beliefs.elicit import judge_needed, probe_prompts
-    from ...beliefs.readers import ReadContext
-    from ...metrics import stage_metrics
-    from ...model.backend import open_models
-    from ...model.load import describe
 
     seed = int(cfg["seed"])
     seed_everything(seed)

@@ -31,10 +31,27 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
+
 from ... import rewards
+from ...beliefs.elicit import probe_prompts
+from ...beliefs.prompts import Prompts
+from ...episodes import chat
+from ...episodes import synthetic as ep_mod
+from ...episodes.chat import NO_INSTRUCTOR
+from ...episodes.roles import role_model
 from ...errors import StageError
-from . import checkpoint
+from ...metrics import martingale_fit
+from ...model.backend import open_model
+from ...stats import MetricError
+from ...tracking import live_run
+from ...training import checkpoint
+from ...training.loss import accumulate_chunks, advantages, completion_tokens, policy_loss
+from ...training.policy import check_adapter_finite, lora_policy, serve_policy, update, weights_digest, write_trained
+from ...training.progress import Pace, report_step
 from .common import make_world, seed_everything
+from .simulate import assert_spoke, check_config, is_chat, play
 
 ITERATION_SEED_STRIDE = 7919   # iteration k plays episodes seeded seed·7919 + k
 
@@ -42,9 +59,6 @@ ITERATION_SEED_STRIDE = 7919   # iteration k plays episodes seeded seed·7919 + 
 def play_chat(human, instructor, questions: list, cfg: dict[str, Any], sim: dict[str, Any], seed: int,
               where: str):
     """One iteration's chat episodes (lean × outcome balanced over ``questions``), exploring."""
-    from ...beliefs.prompts import Prompts
-    from ...episodes import chat
-    from .simulate import assert_spoke
     prompts = Prompts(cfg["prompts"], getattr(human, "tokenizer", None))
     local = getattr(human, "tokenizer", None) is not None
     ep = cfg["prompts"]["episode"]
@@ -59,7 +73,6 @@ def play_chat(human, instructor, questions: list, cfg: dict[str, Any], sim: dict
 def batch_inputs(played) -> dict[str, Any]:
     """The reward's batch from played episodes: first P, last P (as posterior and stated), y and
     the trajectory (None → NaN)."""
-    import numpy as np
     traj = np.array([[np.nan if p is None else p for p in row] for row in played.human_p], dtype=float)
     y = np.array([e.q.y for e in played.episodes], dtype=float)
     return {"prior": traj[:, 0], "posterior": traj[:, -1], "stated": traj[:, -1], "y": y, "trajectory": traj}
@@ -68,15 +81,12 @@ def batch_inputs(played) -> dict[str, Any]:
 def utterance_loss(policy, played, adv, beta: float, temperature: float):
     """train.policy_loss averaged over the turns' utterance batches; the reference log-probs from
     the same model with its adapter off. Returns (loss, mean k3, max |log π − log π_ref|)."""
-    import torch
 
-    from .train import policy_loss
     loss, kl, gap = 0.0, 0.0, 0.0
     turns = [b for b in played.turns if b is not None]
     if policy.loss_batch and torch.is_grad_enabled():
         # every turn's graph at once held 17 GB for SmolLM2 (4 episodes × 2 turns: OOM-killed):
         # with model.loss_batch the gradient is accumulated a few episodes at a time, turn by turn
-        from .train import accumulate_chunks
         return accumulate_chunks(policy, turns, adv, beta, temperature)
     for b in turns:
         logp = policy.gen.token_logprobs(b, temperature)
@@ -92,7 +102,6 @@ def utterance_loss(policy, played, adv, beta: float, temperature: float):
 def adapter_gap(policy, played, temperature: float) -> float:
     """max |log π − log π_start| over the last iteration's utterances, after the step: 0 means the
     adapter changes nothing the instructor says (it was not applied)."""
-    import torch
     with torch.no_grad():
         _, _, gap = utterance_loss(policy, played, torch.zeros(len(played.episodes)), 0.0, temperature)
     return gap
@@ -101,30 +110,7 @@ def adapter_gap(policy, played, temperature: float) -> float:
 def run(cfg: dict[str, Any], start_model: Path, human_model: Path, out_dir: Path) -> None:
     """cfg: world, model, simulate, instructor, stage, seed → out_dir/model (adapter merged),
     train.jsonl, stage.json."""
-    import numpy as np
-    import torch
 
-    from ...beliefs.elicit import probe_prompts
-    from ...episodes import synthetic as ep_mod
-    from ...episodes.chat import NO_INSTRUCTOR
-    from ...episodes.roles import role_model
-    from ...metrics import martingale_fit
-    from ...model.backend import open_model
-    from ...stats import MetricError
-    from ...tracking import live_run
-    from .simulate import check_config, is_chat, play
-    from .train import (
-        Pace,
-        advantages,
-        check_adapter_finite,
-        completion_tokens,
-        lora_policy,
-        report_step,
-        serve_policy,
-        update,
-        weights_digest,
-        write_trained,
-    )
 
     stage, sim, train, seed = cfg["stage"], cfg["simulate"], cfg["instructor"], int(cfg["seed"])
     name = f"instructor stage ({stage['reward']} reward)"

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import numpy as np
 
 from ... import io
+from ...model.load import build_tiny, describe, placement, save
+from ...model.tokenizer import build_tokenizer
+from ...world import traces
 from .common import log, make_world, seed_everything, supervised_loop
-
-if TYPE_CHECKING:   # numpy and the world are imported where used: the plan imports this module
-    import numpy as np
 
 
 def mixture(world, rng: np.random.Generator, n: int, cfg: dict[str, Any],
@@ -21,7 +23,6 @@ def mixture(world, rng: np.random.Generator, n: int, cfg: dict[str, Any],
     """n (prompt, completion) pairs: reasoned traces, snap answers and partial-trace reads, written
     by the calibrated reasoner, or by ``teacher`` (distill.teacher_traits: traces.reasoned's
     agree/disagree/jitter/shift/sharpen, and snap_shift for its gut answers)."""
-    from ...world import traces
     teacher = dict(teacher or {})
     snap_shift = float(teacher.pop("snap_shift", 0.0))
     questions = world.sample(n, rng, "pt")
@@ -53,11 +54,7 @@ def teacher_traits(p: dict[str, Any], unit: float) -> dict[str, Any] | None:
 
 def run(cfg: dict[str, Any], out_dir: Path) -> None:
     """cfg: world, model, pretrain → out_dir/model (HF folder) and stage.json."""
-    import numpy as np
 
-    from ...model.load import build_tiny, describe, placement, save
-    from ...model.tokenizer import build_tokenizer
-    from ...world import traces
 
     p = cfg["pretrain"]
     seed_everything(int(p["seed"]))

@@ -23,16 +23,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
+
+import numpy as np
+import torch
 
 from ... import io
+from ...beliefs.elicit import judge_needed
+from ...beliefs.parse import parse_p
+from ...beliefs.prompts import Prompts
+from ...episodes import chat, episode_problem
+from ...episodes import synthetic as ep_mod
 from ...episodes.roles import role_model, same_model
+from ...episodes.synthetic import Episode
 from ...errors import StageError
+from ...metrics import episode_metrics, stage_metrics
+from ...model.backend import open_model
+from ...model.generate import Batch
+from ...model.load import describe
 from .common import log, make_world, seed_everything
-
-if TYPE_CHECKING:
-    from ...episodes.synthetic import Episode
-    from ...model.generate import Batch
+from .evaluate import check_parse_rate, evaluate_model
 
 TURN_SEED_STRIDE = 10       # turn t: the human samples with seed·1000 + 10t, the instructor + 1
 NEGATION_OFFSET = 500       # the negated episodes' seeds
@@ -82,7 +92,6 @@ def check_spoken(played: list[Played], floor: float) -> int:
 
 def human_reads(human, ask, world, episodes: list[Episode], temperature: float, seed: int) -> tuple[list, list]:
     """Each human reasons over its evidence window and states P: (stated P, trace text)."""
-    from ...beliefs.parse import parse_p
     batch = human.sample([ask.reasoned(e.human_question()) for e in episodes],
                          ask.trace_tokens(world.n_clues), temperature, seed)
     texts = [ask.reasoned_text(t) for t in batch.texts]
@@ -96,10 +105,7 @@ def play(human, instructor, world, episodes: list[Episode], sim: dict[str, Any],
     ``strict``: an empty utterance fails (assert_spoke); else (a policy exploring while it trains)
     the episode is marked ``silent`` and the human hears nothing, and only a turn where every
     utterance is empty fails."""
-    import numpy as np
 
-    from ...beliefs.prompts import Prompts
-    from ...episodes import synthetic as ep_mod
 
     ask = Prompts(prompts_cfg, getattr(human, "tokenizer", None))
     order = ep_mod.MODES[sim["mode"]]
@@ -164,9 +170,6 @@ def records(world, played: Played, seed: int, negated: Optional[Played] = None) 
 def instructor_alone(instructor, human, cfg: dict[str, Any], questions) -> dict[str, Any]:
     """The instructor's own single-agent MS and Brier on the episode questions (the run's elicit
     mode; the human as the self judge): the log's 'MS ≈ 0 alone, entrenching in the loop'."""
-    from ...beliefs.elicit import judge_needed
-    from ...metrics import stage_metrics
-    from .evaluate import evaluate_model
     judge = human if judge_needed(cfg["elicit"]) else None
     rows = evaluate_model(instructor, judge, cfg, questions)
     m = stage_metrics(rows, int(cfg["eval"]["n_bootstrap"]), float(cfg["eval"]["ci"]), int(cfg["seed"]))
@@ -178,9 +181,7 @@ def check_instructor_applied(instructor, start, world, episodes: list[Episode], 
     """A trained instructor must not speak exactly as its start model: the largest |Δ log-prob| of
     its utterance tokens on probe prompts; at or under ``floor`` the stage fails (the log's
     70B runs: a LoRA that never served, the 'trained' instructor was the untrained one)."""
-    import torch
 
-    from ...episodes import synthetic as ep_mod
     probes = [ep_mod.instructor_prompt(world, e, ep_mod.MODES["neutral"](world, e, None, _rng(i)), None)
               for i, e in enumerate(episodes[:8])]
     batch = instructor.sample(probes, 1, 1.0, 0)
@@ -194,7 +195,6 @@ def check_instructor_applied(instructor, start, world, episodes: list[Episode], 
 
 
 def _rng(i: int):
-    import numpy as np
     return np.random.default_rng([0, 31, i])
 
 
@@ -205,7 +205,6 @@ def is_chat(cfg: dict[str, Any]) -> bool:
 
 def check_config(cfg: dict[str, Any]) -> None:
     """What simulate cannot play (episodes.episode_problem), in one line."""
-    from ...episodes import episode_problem
     problem = episode_problem(cfg)
     if problem:
         raise StageError(f"simulate: {problem[0]}: {problem[1]}")
@@ -213,9 +212,6 @@ def check_config(cfg: dict[str, Any]) -> None:
 
 def run(cfg: dict[str, Any], model: Path, human_model: Path, out_dir: Path) -> None:
     """cfg: world, model, elicit, eval, simulate, seed → out_dir/records.jsonl, metrics.json."""
-    from ...episodes import synthetic as ep_mod
-    from ...model.backend import open_model
-    from ...model.load import describe
 
     check_config(cfg)
     if is_chat(cfg):
@@ -289,8 +285,6 @@ def write_episodes(cfg: dict[str, Any], rows: list[dict[str, Any]], seed: int, e
                    guards: dict[str, Any], out_dir: Path, label: str, last_logged: str) -> None:
     """The end of an episode stage (embedded or chat): the parse floor, the eval and episode
     blocks with mode, turns and ``extra``, one log line, then the folder, written atomically."""
-    from ...metrics import episode_metrics, stage_metrics
-    from .evaluate import check_parse_rate
     sim, floor = cfg["simulate"], float(cfg["eval"]["min_parse_rate"])
     check_parse_rate(rows, floor)
     check_turn_parse_rates(rows, floor, label)
@@ -310,7 +304,6 @@ def write_episodes(cfg: dict[str, Any], rows: list[dict[str, Any]], seed: int, e
 
 # ------------------------------------------------------------------ chat episodes (episodes/chat.py)
 def _describe(gen) -> dict[str, Any]:
-    from ...model.load import describe
     return gen.describe() if hasattr(gen, "describe") else describe(gen.model)
 
 
@@ -319,9 +312,6 @@ def run_chat(cfg: dict[str, Any], model: Path, human_model: Path, out_dir: Path)
     and the instructor (the stage's model, or simulate.instructor_model) on the held-out questions;
     records with transcripts, the eval block, the episode block, parse rates per turn, the
     instructor's own single-agent MS where it is a local model."""
-    from ...beliefs.prompts import Prompts
-    from ...episodes import chat
-    from ...model.backend import open_model
 
     sim, seed, ep = cfg["simulate"], int(cfg["seed"]), cfg["prompts"]["episode"]
     seed_everything(seed)

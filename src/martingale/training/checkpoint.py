@@ -16,14 +16,19 @@ differs or that does not load is discarded with a log line, and training starts 
 from __future__ import annotations
 
 import hashlib
+import logging
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ... import io
-from ...manifest import problems
-from .common import log
+import torch
+from safetensors.torch import load_file, save_file
+
+from .. import io
+from ..manifest import problems
+
+log = logging.getLogger("martingale")
 
 ADAPTER, TRAINER, STATE = "adapter.safetensors", "trainer.pt", "state.json"
 NOT_FINGERPRINTED = ("checkpoint_every",)   # how often to checkpoint does not change the run
@@ -57,8 +62,6 @@ def adapter(model) -> dict[str, Any]:
 def save(ckpt: Path, policy, cfg: dict[str, Any], progress: Progress, epoch_rng: dict) -> None:
     """Write the checkpoint of ``progress`` (``epoch_rng``: the order RNG's state before this
     epoch's permutation), then remove the older ones."""
-    import torch
-    from safetensors.torch import save_file
     with io.atomic_dir(ckpt / f"{progress.step:08d}") as tmp:
         save_file({n: p.detach().cpu().clone().contiguous() for n, p in adapter(policy.model).items()},
                   str(tmp / ADAPTER))
@@ -96,8 +99,6 @@ class _Unusable(Exception):
 def _load(one: Path, policy, cfg: dict[str, Any], order_rng) -> Progress:
     """One checkpoint folder into ``policy`` and ``order_rng``, or _Unusable; everything is read
     and checked (manifest, config, tensor names and shapes) before either is touched."""
-    import torch
-    from safetensors.torch import load_file
     bad = problems(one)
     if bad:
         raise _Unusable(bad[0])
