@@ -37,7 +37,8 @@ import torch
 from omegaconf import OmegaConf
 
 from martingale.config.schema import Config
-from martingale.model.backend import HFBackend, open_model
+from martingale.model.backend import open_model
+from martingale.model.hf import HFBackend
 from martingale.world import traces
 from martingale.world.synthetic import SyntheticWorld
 

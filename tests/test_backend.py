@@ -12,16 +12,28 @@ from typer.testing import CliRunner
 from martingale.cli import app
 from martingale.config.runs import RunError, RunTree
 from martingale.config.schema import choices
-from martingale.model.backend import Backend, HFBackend, backend_class, backends, open_model
+from martingale.model.backend import Backend, backend_class, backends, open_model
+from martingale.model.hf import HFBackend
 
 from projcopy import proj, write_run  # noqa: F401 (proj: fixture)
 
 
-def test_the_backends_are_found_in_their_modules_and_are_the_allowed_values():
+def test_the_backends_are_declared_found_in_their_modules_and_are_the_allowed_values():
     from martingale.model.api import ApiBackend
     from martingale.model.vllm import VLLMBackend
-    assert backends() == {"api": ApiBackend, "hf": HFBackend, "vllm": VLLMBackend}
-    assert choices()["model.backend"] == ("hf", "api", "vllm")
+    assert set(backends()) == {"api", "hf", "vllm"} and choices()["model.backend"] == ("hf", "api", "vllm")
+    classes = {name: backend_class({"backend": name}) for name in backends()}
+    assert classes == {"api": ApiBackend, "hf": HFBackend, "vllm": VLLMBackend}
+
+
+def test_reading_the_backends_declarations_imports_no_torch():
+    """The schema reads the declarations at compose time: no backend's body is imported."""
+    import subprocess
+    import sys
+    code = ("import sys; from martingale.model.backend import backends, backend_sections; backends(); "
+            "backend_sections(); print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_a_run_asking_for_an_unbuilt_backend_is_refused_in_one_line_naming_the_key(proj):

@@ -65,8 +65,8 @@ def test_the_embedded_tokenizer_reads_its_probability_words_after_p_equals(untra
 
 
 def test_next_token_log_probs_do_not_depend_on_the_batching(untrained_model, default_cfg):
-    from martingale.model.backend import HFBackend
     from martingale.model.generate import next_token_logprobs
+    from martingale.model.hf import HFBackend
     gen = HFBackend.load(untrained_model, default_cfg["model"])
     texts = ["Q c1 c2 ? think 0 c1", "Q c3 ? snap P =", "Q not c4 c5 c6 c7 ? think 0 c4 +1 -> +1 P ="]
     one = [next_token_logprobs(gen.model, gen.tokenizer, [t], 5)[0] for t in texts]
@@ -84,7 +84,7 @@ def _forced_cfg(default_cfg, read: str) -> dict:
 def test_a_rollout_keeps_both_reads_and_heads_with_the_one_elicit_read_names(untrained_model, default_cfg, read_name):
     from martingale.beliefs.elicit import rollout
     from martingale.beliefs.readers import ReadContext
-    from martingale.model.backend import HFBackend
+    from martingale.model.hf import HFBackend
     from martingale.world.synthetic import SyntheticWorld
     cfg = _forced_cfg(default_cfg, read_name)
     gen = HFBackend.load(untrained_model, cfg["model"])

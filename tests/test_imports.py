@@ -85,15 +85,44 @@ def test_the_cycle_finder_finds_a_cycle():
 
 
 
-def test_planning_imports_no_numerics_library(tmp_path):
+def test_planning_imports_no_scipy_pandas_or_torch(tmp_path):
     """The Snakefile plans at parse time (every snakemake call, every cluster job): finding the stage
-    kinds, rewards and readers must not import numpy, scipy, pandas or torch (a fresh process)."""
+    kinds, rewards, readers and backends reads their declarations only: numpy (the rewards' and the
+    world's arrays), never scipy, pandas, torch or transformers (a fresh process)."""
     import subprocess
     import sys
 
     from projcopy import make_project
     root = make_project(tmp_path / "project")
     code = ("import sys; from martingale.plan import Plan; p = Plan.load('.'); p.stages_for(p.active_run_ids()); "
-            "print(sorted(m for m in ('numpy', 'scipy', 'pandas', 'torch') if m in sys.modules))")
+            "print(sorted(m for m in ('scipy', 'pandas', 'torch', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_no_module_of_the_package_is_imported_inside_a_function():
+    """Every import of a martingale module is at the top of its module (under ``if TYPE_CHECKING:``
+    at most): an import inside a function is an edge of the architecture nobody sees. A module that
+    must stay light for planning reads declarations, never a body (stages/, model/backend.py)."""
+    inside = []
+    for path in sorted(ROOT.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for fn in ast.walk(tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for node in ast.walk(fn):
+                    own = (isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("martingale"))
+                           or isinstance(node, ast.Import) and any(a.name.startswith("martingale") for a in node.names))
+                    if own:
+                        inside.append(f"{path.relative_to(ROOT.parent)}:{node.lineno}")
+    assert inside == []
+
+
+def test_the_cli_defers_scipy_and_matplotlib_until_a_command_needs_them():
+    """`martingale --help` does not pay for scipy.stats or matplotlib (~2 s): martingale.lazy."""
+    import subprocess
+    import sys
+    code = ("import sys; import martingale.cli; "
+            "print(sorted(m for m in ('scipy.stats', 'matplotlib.figure') "
+            "if m in sys.modules and type(sys.modules[m]).__name__ != '_LazyModule'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -16,7 +16,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # schema is computed from their registries; the plan above config (it composes and validates runs);
 # records, the table and the entry points on top.
 LAYERS: list[tuple[str, set[str]]] = [
-    ("foundation", {"errors", "domains", "io", "manifest", "provenance", "registry", "threads", "locks", "stats",
+    ("foundation", {"errors", "domains", "io", "lazy", "manifest", "provenance", "registry", "threads", "locks", "stats",
                     "store", "tracking"}),
     ("science", {"deattenuation", "metrics", "effects", "rewards", "replicates"}),
     ("model", {"model"}),

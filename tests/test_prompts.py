@@ -85,7 +85,7 @@ def test_a_rollout_with_the_log_prompts_asks_the_model_the_rendered_prompts(defa
     embedded format."""
     from martingale.beliefs.elicit import rollout
     from martingale.beliefs.readers import ReadContext
-    from martingale.model.backend import HFBackend
+    from martingale.model.hf import HFBackend
     from martingale.world.synthetic import SyntheticWorld
 
     class Recording(HFBackend):

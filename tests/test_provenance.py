@@ -251,7 +251,7 @@ def test_the_served_vllm_server_version_is_recorded(tmp_path, vllm_served):
 # --- the stage job, the aggregate, the runs table --------------------------------------------
 
 def test_run_stage_writes_provenance_with_the_input_models_sha256(tmp_path, monkeypatch, untrained_model):
-    from martingale import smk, stages
+    from martingale import smk
     from martingale.model.load import load
     monkeypatch.chdir(tmp_path)
     model = _store_model(tmp_path, untrained_model / "model").relative_to(tmp_path)
@@ -260,7 +260,7 @@ def test_run_stage_writes_provenance_with_the_input_models_sha256(tmp_path, monk
         load(model)
         with io.atomic_dir(out_dir) as tmp:
             (tmp / "stage.json").write_text("{}\n")
-    monkeypatch.setattr(stages, "kinds", lambda: {"fake": SimpleNamespace(run=run)})
+    monkeypatch.setattr(smk, "kinds", lambda: {"fake": SimpleNamespace(run=run)})
     monkeypatch.setattr(smk, "track_stage", lambda snakemake: None)
     out = Path("results/_store/fake/fake-000000000002")
     job = SimpleNamespace(rule="fake", threads=1, input={"model": str(model / MANIFEST)}, output=[str(out / MANIFEST)],

@@ -54,7 +54,7 @@ def _moved_policy(model, cfg, stage, loss_batch):
     """The LoRA policy with its adapter moved off zero (seed 0), the loss taken loss_batch rows at a time."""
     import torch
 
-    from martingale.model.backend import HFBackend
+    from martingale.model.hf import HFBackend
     from martingale.training.policy import lora_policy
     torch.manual_seed(0)
     policy = lora_policy(HFBackend.load(model, cfg["model"]), stage, {**cfg["model"], "loss_batch": loss_batch})

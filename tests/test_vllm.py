@@ -35,7 +35,7 @@ def hf_side(untrained_model, default_cfg):
     other tokens with how far HF scores each below its own (sorted, nearest first)."""
     import torch
 
-    from martingale.model.backend import HFBackend
+    from martingale.model.hf import HFBackend
     from martingale.model.vllm import _rows
     cfg = copy.deepcopy(default_cfg["model"])
     cfg["vllm"]["parity_tol"] = TOL
@@ -231,7 +231,7 @@ def test_hf_scores_the_servers_sampled_tokens_as_the_server_did(served):
 def test_parity_fails_when_the_server_serves_other_weights(served, tmp_path):
     # the real server against a torch copy of other weights: probes differ far beyond a near-tie
     # (each branch's own message is pinned by the scripted tests above)
-    from martingale.model.backend import HFBackend
+    from martingale.model.hf import HFBackend
     from martingale.model.vllm import VLLMBackend
     gen, _ = served
     other = HFBackend.load(build(tmp_path / "other", seed=1), model_cfg())

@@ -13,8 +13,22 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from . import cost
+from .config.compose import flatten
 from .config.runs import RunError, RunTree, display_path, run_id_problem
-from .io import redact, write_text
+from .domains import ProjectPath
+from .io import redact, write_jsonl, write_text
+from .locks import live_snakemakes, locked, stale_lock
+from .manifest import problems, store_folders
+from .needs import Need, unmet
+from .plan import Plan, current_index
+from .plots import episodes_by_mode
+from .replicates import MIN_SEEDS
+from .store import stage_dir
+from .table import OUTPUTS, TableError, build_table, findings, fmt, load_claims, write_table
+from .world.jsonl import exported_rows
+from .world.questions import QuestionsError, load_questions, summary
+from .world.synthetic import SyntheticWorld
 
 app = typer.Typer(
     name="martingale",
@@ -140,7 +154,6 @@ def diff(a: str = typer.Argument(..., help="Run-id A."), b: str = typer.Argument
         out.print(f"{common or 'root'} → {name}:", style="bold", markup=False)
         for k in knobs or ["(no knobs)"]:
             out.print(f"  {k}", markup=False)
-    from .config.compose import flatten
 
     fa, fb = flatten(tree.resolved_config(a)), flatten(tree.resolved_config(b))
     table = Table(title="config keys that differ")
@@ -157,7 +170,6 @@ def diff(a: str = typer.Argument(..., help="Run-id A."), b: str = typer.Argument
 def check() -> None:
     """Validate every run file and compose every run's config; then the other config files the
     build reads: conf/claims.yaml and conf/findings.yaml (each finding's run must exist)."""
-    from .table import TableError, findings, load_claims
     tree = _tree()
     try:
         load_claims(STATE.root)
@@ -171,7 +183,6 @@ def check() -> None:
 @app.command("table")
 def table_cmd() -> None:
     """Regenerate runs.json, RUNS.md and runs.html from conf/runs and results/."""
-    from .table import OUTPUTS, TableError, write_table
 
     try:
         write_table(STATE.root)
@@ -191,8 +202,6 @@ def status() -> None:
     parent is done), like the log's queued/candidate table."""
     from rich.tree import Tree
 
-    from .needs import Need, unmet
-    from .table import TableError, build_table, fmt
 
     try:
         rows = {r["run_id"]: r for r in build_table(STATE.root)}
@@ -250,10 +259,6 @@ def status() -> None:
 def provisional_lines(rows: list[dict]) -> list[str]:
     """The provisional findings (trained, fewer than 3 seeds) and what building them to 3 would
     cost (cost.seed_hours: each more seed of the run, and of its parent for an effect)."""
-    from . import cost
-    from .plan import Plan
-    from .replicates import MIN_SEEDS
-    from .table import TableError, findings
 
     try:
         found, results, _ = findings.evaluate(STATE.root, rows)
@@ -283,9 +288,6 @@ def seeds(finding: str = typer.Argument(..., help="A finding id of conf/findings
     """A finding over its seeds: each seed's estimate with its CI, the combined estimate (random
     effects) with its CI, τ, p, q and the verdict; how many seeds would decide it at its current
     estimate, and what building them would cost."""
-    from . import cost
-    from .plan import Plan
-    from .table import TableError, build_table, findings, fmt
 
     try:
         rows = build_table(STATE.root)
@@ -327,7 +329,6 @@ def seeds(finding: str = typer.Argument(..., help="A finding id of conf/findings
 
 def advice(rows: dict[str, dict]) -> list[str]:
     """What to run about stale and corrupt results and about Snakemake's lock after a crash."""
-    from .locks import live_snakemakes, locked, stale_lock
     lines = []
     for r in rows.values():
         if r["state"] == "stale":
@@ -353,9 +354,6 @@ def verify(run: Optional[str] = typer.Argument(None, help="Run-id: its stages (d
     """Check stage folders against their manifests (the sha256 of every file); exit 1 on any mismatch."""
     import shutil
 
-    from .manifest import problems, store_folders
-    from .plan import current_index
-    from .store import stage_dir
     if (run is None) == (not all_stages):
         fail("verify: name a run-id or pass --all")
     if run is not None:
@@ -384,7 +382,6 @@ def plan(runs: Optional[List[str]] = typer.Argument(None, help="Run-ids (default
          cost: bool = typer.Option(False, "--cost", help="What building these runs would run (new vs reused "
                                    "from the store) and its estimated stage-hours, CPU- and GPU-hours.")) -> None:
     """Stages with their ids; distinct stages vs the naive per-run chain sum. --cost: the build's estimate."""
-    from .plan import Plan
 
     try:
         p = Plan.load(STATE.root)
@@ -417,7 +414,6 @@ def plan(runs: Optional[List[str]] = typer.Argument(None, help="Run-ids (default
 def _plan_cost(p, ids: list[str]) -> None:
     """`plan --cost`: the stages `snakemake results/<run>/eval.json` needs for these runs (each run's
     chain and its parent's), new or reused, with estimated hours (martingale.cost); the budget."""
-    from . import cost
 
     est = cost.estimate(p, cost.build_stages(p, ids), STATE.root)
     h = cost.hours
@@ -471,7 +467,6 @@ def figure(which: str = typer.Argument("modes", help="modes: the two-agent runs 
     simulate) with results, its MS and CI and the human's lean across turns (plots.episodes_by_mode)."""
     import json
 
-    from .domains import ProjectPath
     if which != "modes":
         fail(f"figure: unknown figure {which!r} (known: modes)")
     if (why := ProjectPath().problem(str(output))):
@@ -486,7 +481,6 @@ def figure(which: str = typer.Argument("modes", help="modes: the two-agent runs 
             continue
         except (OSError, ValueError) as e:
             fail(f"{path}: unreadable ({e})")
-    from .plots import episodes_by_mode
     written = episodes_by_mode(runs, STATE.root / output)
     out.print(str(written), markup=False)
 
@@ -501,7 +495,6 @@ def questions_check(path: Path = typer.Argument(..., help="A questions file: one
     """Validate a questions file: its counts, base rate and constant-predictor Brier, or each problem (exit 1).
 
     Every problem is one line, file:line: field: what is wrong. Nothing is written."""
-    from .world.questions import QuestionsError, load_questions, summary
 
     try:
         s = summary(load_questions(path))
@@ -532,15 +525,11 @@ def questions_export(
 
     Each line: English question text, the clue words as background, y, its split, the clues and
     the oracle's final belief; world=jsonl on this file asks exactly the synthetic world's questions."""
-    from .domains import ProjectPath
-    from .io import write_jsonl
     problem = ProjectPath().problem(out_path)
     if problem:
         fail(f"export-synthetic: {problem}")
     tree = _tree(compose=False)
     _need(tree, run)
-    from .world.jsonl import exported_rows
-    from .world.synthetic import SyntheticWorld
     try:
         world = SyntheticWorld({**tree.resolved_config(run)["world"], "name": "synthetic"})
         rows = exported_rows(world)

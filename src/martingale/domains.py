@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from .io import system_path_problem
+from .io import SECRET_WORDS, system_path_problem
 
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")   # model/family/gpu/wandb names
 MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,127}")     # a LoRA target module
@@ -165,7 +165,6 @@ class SecretVar(Domain):
     in its name), so its value can never reach a file."""
 
     def problem(self, value: Any) -> Optional[str]:
-        from .io import SECRET_WORDS
         if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", value):
             return f"needs an environment variable name, got {value!r}"
         if not any(w in value.upper() for w in SECRET_WORDS):

@@ -26,9 +26,11 @@ import warnings
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
+from .lazy import module
 from .stats import MetricError, bootstrap_ci, ms_slope, nan_array, seed_spread, too_few_for_ci
+
+stats = module("scipy.stats")   # imported on first use (martingale.lazy)
 
 MIN_PAIRED = 3
 

@@ -16,6 +16,10 @@ from typing import Any, Callable, Iterator, Optional
 
 import yaml
 
+from .manifest import write as write_manifest
+from .provenance import FILE as PROVENANCE
+from .provenance import for_folder as provenance_of
+
 
 def _finite(obj: Any) -> Any:
     """NaN and ±inf become null: JSON has no NaN, and a missing number must not look like one."""
@@ -299,9 +303,6 @@ def atomic_dir(path: Path | str) -> Iterator[Path]:
     martingale.manifest) is written last and the folder replaces ``path`` in one rename. The folder
     of a stage job being collected (martingale.provenance) gets its provenance.json just before
     the manifest, which covers it."""
-    from .manifest import write as write_manifest
-    from .provenance import FILE as PROVENANCE
-    from .provenance import for_folder as provenance_of
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))

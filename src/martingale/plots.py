@@ -29,24 +29,26 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
-from scipy import stats
 
 from .io import write_bytes
+from .lazy import module
 from .metrics import N_BINS, calibration_bins
 from .stats import nan_array as _arr
 from .stats import nan_matrix
+
+stats = module("scipy.stats")                     # imported on first use (martingale.lazy): the CLI
+_figure = module("matplotlib.figure")             # and the table import this module
+_agg = module("matplotlib.backends.backend_agg")
+_ticker = module("matplotlib.ticker")
 
 PLOTS = ("prior_posterior", "delta_vs_prior", "reliability", "brier_ms_by_stage", "effect_forest", "belief_by_turn")
 DPI = 100
 _META = {"Software": None}
 
 
-def _save(fig: Figure, path: Path) -> Path:
+def _save(fig: "_figure.Figure", path: Path) -> Path:
     """Write the figure as PNG atomically (temp file in the same folder + rename)."""
-    FigureCanvasAgg(fig)
+    _agg.FigureCanvasAgg(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, metadata=_META)
     write_bytes(path, buf.getvalue())
@@ -75,10 +77,10 @@ def _per_seed(m: dict[str, Any], key: str) -> list[float]:
     return []
 
 
-def _panels(n: int, w: float = 3.3, h: float = 3.3, left: float = 0.75) -> tuple[Figure, list]:
+def _panels(n: int, w: float = 3.3, h: float = 3.3, left: float = 0.75) -> tuple["_figure.Figure", list]:
     """1 × n panels with fixed margins in inches (a layout engine costs seconds per figure)."""
     n = max(n, 1)
-    fig = Figure(figsize=(w * n, h))
+    fig = _figure.Figure(figsize=(w * n, h))
     fig.subplots_adjust(left=left / (w * n), right=1 - 0.15 / (w * n), bottom=0.55 / h, top=1 - 0.6 / h,
                         wspace=left / (w - left) * 1.05)
     axes = fig.subplots(1, n, squeeze=False)[0]
@@ -241,7 +243,7 @@ def _effect_rows(effects: dict[str, dict], part: str) -> list[tuple[str, float, 
 def effect_forest(run_id: str, parent: str | None, knob: str | None, effects: dict[str, dict] | None,
                   path: Path) -> Path:
     if not effects:
-        fig = Figure(figsize=(6, 1.6))
+        fig = _figure.Figure(figsize=(6, 1.6))
         ax = fig.subplots()
         ax.axis("off")
         why = "root run: no parent, so no paired effect" if parent is None else \
@@ -263,7 +265,7 @@ def effect_forest(run_id: str, parent: str | None, knob: str | None, effects: di
         ax.axvline(0, color="grey", ls="--", lw=1)
         ax.set_yticks(ys, [r[0] for r in rows])
         ax.set_ylim(-0.7, len(rows) - 0.3)
-        ax.xaxis.set_major_locator(MaxNLocator(5))
+        ax.xaxis.set_major_locator(_ticker.MaxNLocator(5))
         ax.set(title=title, xlabel="effect with 95% paired-bootstrap CI")
     fig.suptitle(f"{run_id} vs parent {parent}: knob {knob}", fontsize=10)
     return _save(fig, path)
@@ -285,7 +287,7 @@ def write_plots(out_dir: Path | str, run_id: str, stage_order: list[str], record
 
 
 def _message(text: str, path: Path) -> Path:
-    fig = Figure(figsize=(6, 1.6))
+    fig = _figure.Figure(figsize=(6, 1.6))
     ax = fig.subplots()
     ax.axis("off")
     ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=11)
@@ -319,7 +321,7 @@ def belief_by_turn(run_id: str, stage_order: list[str], records: dict[str, list[
     ax_p.axhline(0.5, color="grey", lw=0.8)
     ax_p.set(ylim=(0, 1), xlabel="turn (0: before the first utterance)", ylabel="mean stated P",
              title="the human's P (dotted: Bayes of its evidence)")
-    ax_p.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax_p.xaxis.set_major_locator(_ticker.MaxNLocator(integer=True))
     ax_p.legend(fontsize=6.5)
     xs = np.arange(len(stage_order))
     for i, stage in enumerate(stage_order):
@@ -378,7 +380,7 @@ def episodes_by_mode(runs: dict[str, dict[str, Any]], path: Path) -> Path:
     ax_m.set_yticks(ys, [f"{r} ({m['mode']}, {s})" for r, s, m in rows])
     ax_m.set(xlabel="MS, first → last P (95% bootstrap CI)", title="MS by run and instructor mode")
     ax_p.set(xlabel="turn", ylabel="mean |P − ½|", title="how far the human leans, by turn")
-    ax_p.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax_p.xaxis.set_major_locator(_ticker.MaxNLocator(integer=True))
     ax_p.legend(fontsize=6)
     fig.suptitle("two-agent episodes (claims C2, C3)", fontsize=10)
     return _save(fig, path)
@@ -395,7 +397,7 @@ def findings_forest(rows: list[dict[str, Any]]) -> bytes:
     verdict. ``rows``: {label, claim, brier, seeds, estimate, ci, margin, verdict}."""
     panels = [[r for r in rows if r["brier"]], [r for r in rows if not r["brier"]]]
     height = 1.2 + 0.22 * max(1, *(len(p) + len({r["claim"] for r in p}) for p in panels))
-    fig = Figure(figsize=(13, height))
+    fig = _figure.Figure(figsize=(13, height))
     fig.subplots_adjust(left=0.19, right=0.99, wspace=0.62, top=1 - 0.5 / height, bottom=0.5 / height)
     axes = fig.subplots(1, 2)
     for ax, panel, unit in zip(axes, panels, ("Brier-scale (Brier, ΔBrier)", "slope-scale (MS, ΔMS …)")):
@@ -423,7 +425,7 @@ def findings_forest(rows: list[dict[str, Any]]) -> bytes:
             ax.text(0.5, 0.5, "no finding with a result", ha="center", va="center", transform=ax.transAxes)
     handles = [axes[0].plot([], [], "s", color=c, label=v)[0] for v, c in VERDICT_COLORS.items()]
     fig.legend(handles=handles, loc="upper center", ncol=4, fontsize=7, frameon=False)
-    FigureCanvasAgg(fig)
+    _agg.FigureCanvasAgg(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, metadata=_META)
     return buf.getvalue()

@@ -26,6 +26,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+from . import manifest
+
 FILE = "provenance.json"
 PACKAGES = ("accelerate", "peft", "torch", "transformers", "trl")
 SERVER_KEY = "vllm_server"    # in ``versions``: the version of the vLLM server(s) that served the stage
@@ -97,13 +99,12 @@ def versions() -> dict[str, Optional[str]]:
 
 def weight_sha256(path: Path) -> str:
     """sha256 of a weight file (its link followed), once per (real path, size, mtime) per process."""
-    from .manifest import sha256_file
     real = os.path.realpath(path)
     st = os.stat(real)
     key = (real, st.st_size, st.st_mtime_ns)
     sha = _SHA_CACHE.get(key)
     if sha is None:
-        sha = _SHA_CACHE[key] = sha256_file(Path(real))
+        sha = _SHA_CACHE[key] = manifest.sha256_file(Path(real))
     return sha
 
 

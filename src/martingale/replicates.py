@@ -15,7 +15,10 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from scipy import stats
+from .lazy import module
+
+stats = module("scipy.stats")   # imported on first use (martingale.lazy)
+
 
 MIN_SEEDS = 3           # fewer seeds: a trained finding is provisional
 MAX_SEEDS_SHOWN = 100   # seeds_needed says "more" beyond this

@@ -13,8 +13,16 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from martingale.records.aggregate import write_run_results
+
 from .errors import StageError
-from .io import redact
+from .io import open_log, read_json, redact, write_json
+from .manifest import require
+from .provenance import collecting
+from .stages import kinds
+from .table import write_table
+from .threads import use_threads
+from .tracking import flush, mirror_run, mirror_stage, stage_context
 
 
 class Killed(BaseException):
@@ -53,7 +61,6 @@ def failure_line(snakemake: Any, e: BaseException) -> str:
 
 
 def _logged(snakemake: Any, body: Callable[[], Any]) -> Any:
-    from .io import open_log
     with open_log(snakemake.log[0]) as log_file:   # key-like environment values redacted
         handler = logging.StreamHandler(log_file)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -93,9 +100,6 @@ def run_stage(snakemake: Any) -> None:
     manifest, then the kind named by the rule runs its ``run`` with the stage's config slice, each
     upstream folder under its role, and the output folder; then the finished stage is mirrored to
     wandb."""
-    from .manifest import require
-    from .stages import kinds
-    from .threads import use_threads
     kind = kinds()[snakemake.rule]
     cfg = dict(snakemake.params.cfg)
     use_threads(compute_threads(cfg, int(snakemake.threads)))
@@ -105,8 +109,6 @@ def run_stage(snakemake: Any) -> None:
     if "model" in cfg:   # placement travels as a resource (not in the id): the model goes there
         cfg["model"] = {**cfg["model"], "device": getattr(snakemake.resources, "device", "auto")}
     out_dir = Path(snakemake.output[0]).parent
-    from .provenance import collecting
-    from .tracking import stage_context
     try:
         # The stage's context: a training loop logs its steps live to the stage's wandb run,
         # which the mirror (track_stage) then finishes with the summary.
@@ -124,15 +126,12 @@ def run_stage(snakemake: Any) -> None:
 
 def track_stage(snakemake: Any) -> None:
     """Mirror the finished stage to wandb under its owner run (martingale.tracking)."""
-    from .tracking import flush, mirror_stage
     mirror_stage(Path.cwd(), snakemake.wildcards.sid, Path(snakemake.output[0]).parent, dict(snakemake.params.cfg))
     flush()
 
 
 def track_run(run_id: str, cfg: dict, lineage: list[dict], evals_path: Path) -> None:
     """Mirror a run's aggregate (resolved config, metrics per stage) to wandb as ``aggregate``."""
-    from .io import read_json
-    from .tracking import flush, mirror_run
     mirror_run(Path.cwd(), run_id, "/".join(str(x["run_id"]) for x in lineage), cfg, read_json(evals_path))
     flush()
 
@@ -141,13 +140,11 @@ def record_landing(path: Path) -> None:
     """results/<run>/landed.json: when the run's results landed (UTC, to the second)."""
     from datetime import datetime, timezone
 
-    from .io import write_json
     write_json(path, {"landed": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")})
 
 
 def aggregate_fn() -> Callable[..., Any]:
     """``martingale.records.aggregate.write_run_results``."""
-    from martingale.records.aggregate import write_run_results
     return write_run_results
 
 
@@ -163,7 +160,6 @@ def aggregate_job(snakemake: Any) -> None:
     model's checked against their manifests first): eval.json with the knob's paired effect and the
     plots (records.aggregate.write_run_results), landed.json, then the run's wandb mirror."""
     def body() -> None:
-        from .manifest import require
         evals, parent_evals, natural_evals = ([dict(e, dir=Path(e["dir"])) for e in group]
                                               for group in (snakemake.params.evals, snakemake.params.parent_evals,
                                                             snakemake.params.natural_evals))
@@ -180,5 +176,4 @@ def aggregate_job(snakemake: Any) -> None:
 def table_job(snakemake: Any) -> None:
     """workflow/scripts/runs_table.py: runs.json, RUNS.md, runs.html and FINDINGS.md regenerated
     from the run files and the results (table.write_table)."""
-    from .table import write_table
     run_logged(snakemake, lambda: write_table(Path(snakemake.output.table).resolve().parent))

@@ -1,13 +1,16 @@
 """The statistics core shared by metrics, effects and de-attenuation: the MS slope, the percentile
-bootstrap, the too-few-for-an-interval guard and None → NaN. Imports nothing from the package, so
-every statistics module can import it without a cycle.
+bootstrap, the too-few-for-an-interval guard and None → NaN. Imports nothing from the package but the
+lazy loader, so every statistics module can import it without a cycle.
 """
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
 import numpy as np
-from scipy import stats
+
+from .lazy import module
+
+stats = module("scipy.stats")   # imported on first use (martingale.lazy)
 
 MIN_CI_PAIRS = 10     # fewer questions than this: no bootstrap interval (NaN, with the reason)
 
@@ -48,17 +51,6 @@ def ms_slope(prior: np.ndarray, posterior: np.ndarray) -> float:
         return np.nan
     ssx, ssxy, _, _ = np.cov(prior - 0.5, posterior - prior, bias=1).flat
     return float(ssxy / ssx)
-
-
-def batch_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """(intercept, slope) of the OLS line of y on x over the finite pairs, (0, 0) for fewer than two
-    or a constant x: the rewards' in-batch fit (A's Δ̂, episode MS). ``np.polyfit``, not ``ols``:
-    the two round differently in the last bits, and every trained stage's bytes follow this one."""
-    ok = np.isfinite(x) & np.isfinite(y)
-    if ok.sum() < 2 or np.ptp(x[ok]) == 0:
-        return 0.0, 0.0
-    b, a = np.polyfit(x[ok], y[ok], 1)
-    return float(a), float(b)
 
 
 # ------------------------------------------------------------------------------- across seeds

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
 from .io import read_optional
+from .store import read_index
 
 log = logging.getLogger("martingale.tracking")
 
@@ -141,7 +142,6 @@ def current_stage() -> Optional[StageContext]:
 def _stage_run_args(root: Path, sid: str, cfg: dict) -> Optional[dict[str, Any]]:
     """The wandb run a stage is logged as (plan index: its owner run, role, lineage, settings);
     None when the stage is not in the index."""
-    from .store import read_index
     index = read_index(root) or {}
     stage = (index.get("stages") or {}).get(sid)
     if stage is None:

@@ -3,7 +3,8 @@ import time
 from dataclasses import dataclass
 
 from martingale.domains import Int, Section, setting
-from martingale.model.backend import HFBackend, backend
+from martingale.model.backend import backend
+from martingale.model.hf import HFBackend
 
 
 @dataclass

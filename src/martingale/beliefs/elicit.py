@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..world import traces as fmt
 from ..world.synthetic import Question
+from .forced import answer_context, forced_reads
 from .parse import parse_p, parse_totals
-from .readers import READERS, ReadContext, get_reader
+from .prompts import Prompts
+from .readers import FORCED_READERS, READERS, ReadContext, get_reader
 
 if TYPE_CHECKING:
     from ..model.backend import Backend
@@ -64,7 +66,6 @@ def judge_needed(elicit: dict[str, Any]) -> bool:
 def probe_prompts(questions: list[Question], n: int = 4, prompts_cfg: dict[str, Any] | None = None,
                   tokenizer: Any = None) -> list[str]:
     """Fixed prompts a backend guard scores (parity, adapter applied): the first n questions' traces."""
-    from .prompts import Prompts
     ask = Prompts(prompts_cfg, tokenizer)
     return [ask.reasoned(q) for q in questions[:n]]
 
@@ -74,7 +75,6 @@ def rollout(gen: "Backend", questions: list[Question], ctx: ReadContext, elicit:
     """Sample each question's trace (and snap answer) with ``gen``; read prior and posterior.
     The prompts are the set ``prompts.name`` (beliefs/prompts.py); the running-total columns
     (trace_cut, trace_last) exist only in the embedded format."""
-    from .prompts import Prompts
     world = ctx.world
     ask = Prompts(ctx.config.get("prompts"), getattr(gen, "tokenizer", None))
     reasoned = [ask.reasoned(q) for q in questions]
@@ -121,8 +121,6 @@ def forced_columns(gen: "Backend", ask, ctx: ReadContext, questions: list[Questi
     answer replaced by the prefix); the prior and posterior as the elicit mode reads them — the snap
     prior read forced right after the snap prompt (no reasoning), a self judge's answers read forced,
     and a reader that asks no model (oracle, trace) the same belief under either read."""
-    from .forced import answer_context, forced_reads
-    from .readers import FORCED_READERS
     prefix, floor = ask.forced_prefix, ask.forced_min_mass
     stated = forced_reads(gen, [answer_context(p, c, ask.embedded) for p, c in zip(reasoned, raw)], prefix, floor)
     if elicit["mode"] == "snap":

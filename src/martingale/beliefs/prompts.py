@@ -14,6 +14,8 @@ from typing import Any
 
 from ..world import traces as fmt
 from ..world.synthetic import Question
+from .api_judge import blind
+from .parse import parse_p
 
 EMBEDDED = "embedded"
 
@@ -98,7 +100,6 @@ class Prompts:
     def read_answer(self, answer: str) -> float | None:
         """A judge's answer as a probability: the embedded judge continues ``read P =``; a
         template judge was told to output only a number."""
-        from .parse import parse_p
         return parse_p("P = " + answer.strip()) if self.embedded else parse_p(answer, bare=True)
 
     # -- prompts
@@ -136,5 +137,4 @@ class Prompts:
         cut there). Every probability the trace states is hidden from a template judge."""
         if self.embedded:
             return fmt.read_query(q, trace, k)
-        from .api_judge import blind
         return self._render(self.cfg["judge"], {**self.fields(q), "trace": blind(cut_words(trace, k / max(1, n_steps)))})

@@ -19,8 +19,11 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from ..domains import Section
 from ..registry import Registry
-from .api_judge import JudgeConfig
+from ..world import traces as fmt
+from .api_judge import ApiJudge, JudgeConfig, blind
+from .forced import forced_reads
 from .parse import parse_p, parse_totals
+from .prompts import Prompts, is_embedded
 
 if TYPE_CHECKING:   # the plan imports this module at parse time (schema.choices): no numpy here
     from ..world.synthetic import Question, SyntheticWorld
@@ -89,7 +92,6 @@ def get_reader(name: str) -> Reader:
 def _judge_queries(ctx: ReadContext, questions: list[Question], texts: list[str], k: int):
     """(the prompt set, each trace's judge query after step k, the indices that have one): only a
     trace that reached step k in the expected shape can be cut there."""
-    from .prompts import Prompts
     ask = Prompts(ctx.config.get("prompts"), getattr(ctx.judge, "tokenizer", None))
     queries = [ask.judge(q, text, k, ctx.world.n_clues) for q, text in zip(questions, texts)]
     return ask, queries, [i for i, s in enumerate(queries) if s is not None]
@@ -114,7 +116,6 @@ def read_self_forced(ctx: ReadContext, questions: list[Question], texts: list[st
     """The self judge's forced read (beliefs/forced.py): its answer to the same judge prompt
     prefilled with ``prompts.judge_forced_prefix``, (P, mass); (None, None) where the trace cannot
     be cut at k or the prompt set has no judge prefix."""
-    from .forced import forced_reads
     ask, queries, todo = _judge_queries(ctx, questions, texts, k)
     out: list[tuple[float | None, float | None]] = [(None, None)] * len(texts)
     if not ask.judge_forced_prefix:
@@ -133,8 +134,6 @@ FORCED_READERS: dict[str, Callable[..., list[tuple[float | None, float | None]]]
 @reader("trace")
 def read_trace(ctx: ReadContext, questions: list[Question], texts: list[str], k: int) -> list[float | None]:
     """The belief of the running total the trace writes at step k (the embedded format only)."""
-    from ..world import traces as fmt
-    from .prompts import is_embedded
     if not is_embedded(ctx.config.get("prompts")):
         return [None] * len(texts)
     out: list[float | None] = []
@@ -155,8 +154,6 @@ def read_api(ctx: ReadContext, questions: list[Question], texts: list[str], k: i
     """``judge.model`` behind ``judge.base_url`` answers the prompt set's judge prompt after the
     trace cut at k, every probability the trace states hidden (api_judge.blind); a failed call is
     None. The server applies its own chat template (judge.chat), never the evaluated model's."""
-    from .api_judge import ApiJudge, blind
-    from .prompts import Prompts
     client = ctx.service("api_judge", lambda: ApiJudge(ctx.config["judge"]))
     ask = Prompts({**(ctx.config.get("prompts") or {}), "chat": False})
     queries = [ask.judge(q, blind(text), k, ctx.world.n_clues) for q, text in zip(questions, texts)]

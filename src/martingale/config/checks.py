@@ -9,7 +9,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..domains import InChoices
+from ..episodes import episode_problem
+from ..model.backend import backends
+from ..rewards import REWARDS
 from ..stages import uses_key
+from ..world.questions import config_problem
 from .schema import ROLE_MODELS, domain_key, domains, model_class
 
 
@@ -55,7 +59,6 @@ def _cached_questions_problem(path: str, mtime_ns: int, size: int, n_train: int,
     """One read of a questions file per version of it (every run of a campaign shares it)."""
     key = (path, mtime_ns, size, n_train, n_heldout)
     if key not in QUESTIONS_CHECKED:
-        from ..world.questions import config_problem
         QUESTIONS_CHECKED[key] = config_problem({"questions_file": path, "n_train": n_train, "n_heldout": n_heldout})
     return QUESTIONS_CHECKED[key]
 
@@ -63,7 +66,6 @@ def _cached_questions_problem(path: str, mtime_ns: int, size: int, n_train: int,
 def _episode_reward_problem(cfg: dict, root: Optional[Path]) -> Optional[tuple[str, str]]:
     """A reward that reads an episode's trajectory (rewards.EPISODE_INPUTS) belongs on an instructor
     stage: a train stage's rollouts have no episode."""
-    from ..rewards import REWARDS
     for name, st in cfg["stages"].items():
         r = REWARDS.get(st.get("reward"))
         if r is not None and r.episodic and st.get("kind") != "instructor":
@@ -104,7 +106,6 @@ def _episodes_prompts_problem(cfg: dict, root: Optional[Path]) -> Optional[tuple
     if episode and uses_key(cfg, "instructor") and over.get("backend", cfg["model"].get("backend")) == "api":
         return ("simulate.instructor_model", "an instructor stage trains a local model (hf or vllm, LoRA): "
                 "an api instructor returns text, not token log-probs")
-    from ..episodes import episode_problem
     return episode_problem(cfg)
 
 
@@ -122,7 +123,6 @@ def _model_override_problem(role: str, over: dict) -> Optional[tuple[str, str]]:
         for k, v in d.items():
             out += leaves(v, f"{prefix}.{k}") if isinstance(v, dict) else [(f"{prefix}.{k}", v)]
         return out
-    from ..model.backend import backends
     for key, value in leaves(over, role):
         if key == f"{role}.backend" and value not in backends():
             return (key, f"{value!r} is not one of: {', '.join(backends())}")

@@ -33,6 +33,7 @@ from hydra.core.override_parser.types import Override
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
+from ..io import keep_newest, write_bytes
 from ..registry import epoch
 from .checks import relation_problem
 from .digest import conf_digest, conf_files
@@ -323,7 +324,6 @@ def _write_cached(path: Path, blob: bytes) -> None:
     """Atomically (two planners writing one key write the same bytes); a read-only tree is fine.
     Then only the bases of the TREES_KEPT newest trees stay (a file is named ``<tree>-<choices>.pkl``):
     every conf/ edit makes a tree, and only the recent ones are read again."""
-    from ..io import keep_newest, write_bytes
     try:
         write_bytes(path, blob)
     except OSError:

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, Optional
 import yaml
 
 from ..io import read_pickle, write_pickle
+from .checks import questions_file_problem
+from .compose import ComposeError, Composer
 from .digest import code_and_versions, conf_digest, conf_files, env_digest
 
 if TYPE_CHECKING:  # Hydra is imported only when configs are composed (the table never does)
@@ -312,8 +314,6 @@ class RunTree:
     @property
     def composer(self) -> Composer:
         if self._composer is None:
-            from .compose import Composer
-
             self._composer = Composer(self.conf_dir)
         return self._composer
 
@@ -340,7 +340,6 @@ class RunTree:
     def check_questions(self) -> None:
         """What no cache key covers, checked on every load of cached configs: each run's questions
         file (world.questions_file) is still there and still fits its world."""
-        from .checks import questions_file_problem
         root = self.conf_dir.resolve().parent
         for run_id in sorted(self.specs):
             why = questions_file_problem(self._resolved[run_id], root)
@@ -387,7 +386,6 @@ class RunTree:
         spec = self.specs[run_id]
         parent_cfg = self.resolve(spec.parent) if spec.parent is not None else None
         overrides = self.overrides(run_id)
-        from .compose import ComposeError
 
         try:
             if spec.knob is not None:

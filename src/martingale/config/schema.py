@@ -19,8 +19,16 @@ import typing
 from dataclasses import dataclass, make_dataclass
 from typing import Any, Optional
 
+from ..beliefs import readers  # noqa: F401 (its readers register on import)
+from ..beliefs.readers import READERS
 from ..domains import SEED, Domain, OneOf, Section, Seeds, section, setting
+from ..episodes import chat, synthetic  # noqa: F401 (their modes)
+from ..episodes.chat import CHAT_MODES
+from ..episodes.synthetic import MODES
+from ..model.backend import backend_sections, backends
 from ..registry import epoch
+from ..rewards import REWARDS, reward_settings
+from ..stages import kind_names, kinds
 from . import sections as core
 
 STEPS = ("s1", "s2")   # the model stages a run may have, stages.s1 and stages.s2
@@ -47,9 +55,6 @@ def declared_sections() -> tuple[Declared, ...]:
 
 @functools.lru_cache(maxsize=4)
 def _declared(registries: int) -> tuple[Declared, ...]:
-    from ..beliefs.readers import READERS
-    from ..model.backend import backend_sections
-    from ..stages import kinds
     found = [Declared(k.section.key, k.section, "stage kind", k.name) for k in kinds().values() if k.section]
     found += [Declared(r.section.key, r.section, "reader", r.name) for r in READERS.values() if r.section]
     found += [Declared(f"model.{s.key}", s, "backend", name) for name, s in backend_sections().items()]
@@ -79,7 +84,6 @@ def _make(name: str, fields: list, base: Optional[type] = None) -> type:
 
 @functools.lru_cache(maxsize=4)
 def _build(registries: int) -> dict[str, type]:
-    from ..rewards import reward_settings
     declared = declared_sections()
     model = _make("ModelConfig", [(d.section.key, d.section.schema, section(d.section.schema))
                                   for d in declared if d.by == "backend"], core.ModelConfig)
@@ -111,11 +115,6 @@ def _registries() -> int:
     """The registries' epoch once every extension module of the package is imported (its
     declarations registered): the key of what is built from them."""
     if not _DISCOVERED[0]:
-        from ..beliefs import readers  # noqa: F401 (its readers register on import)
-        from ..episodes import chat, synthetic  # noqa: F401 (their modes)
-        from ..model.backend import backends
-        from ..rewards import REWARDS  # noqa: F401
-        from ..stages import kinds
         kinds()
         backends()
         _DISCOVERED[0] = True
@@ -195,12 +194,6 @@ def choices() -> dict[str, tuple[Any, ...]]:
     """Allowed values of the keys whose domain is a registry (``InChoices``; ``*`` matches one
     level): a reward, reader, backend, mode or stage kind added in its own file is allowed here
     with no second list."""
-    from ..beliefs.readers import READERS
-    from ..episodes.chat import CHAT_MODES
-    from ..episodes.synthetic import MODES
-    from ..model.backend import backends
-    from ..rewards import REWARDS
-    from ..stages import kind_names
     return {"simulate.mode": tuple(dict.fromkeys([*MODES, *CHAT_MODES])),
             "elicit.judge": tuple(READERS),
             "stages.*.reward": (None, *REWARDS),

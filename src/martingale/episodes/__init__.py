@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from .chat import CHAT_MODES, NO_INSTRUCTOR
+from .synthetic import MODES, uses_pool
+
 
 def episode_problem(cfg: dict[str, Any]) -> Optional[tuple[str, str]]:
     """What two-agent episodes cannot play with this config, as (key, why), or None: checked by the
@@ -12,8 +15,6 @@ def episode_problem(cfg: dict[str, Any]) -> Optional[tuple[str, str]]:
     directly). Chat episodes need a prompt set with episode prompts, a chat mode with its instructor
     prompt and, on the R scale, the verbal read; the embedded ones the embedded format, an embedded
     mode and evidence enough for the instructor to list a new clue every turn."""
-    from .chat import CHAT_MODES, NO_INSTRUCTOR
-    from .synthetic import MODES, uses_pool
     prompts, sim = cfg.get("prompts") or {}, cfg["simulate"]
     name, episode, mode = prompts.get("name", "embedded"), prompts.get("episode"), sim.get("mode")
     if episode:

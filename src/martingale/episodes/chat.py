@@ -22,7 +22,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from ..beliefs.forced import answer_context, forced_reads
+from ..beliefs.parse import parse_p, parse_r
 from ..errors import StageError
+from ..model.backend import render_chat
 
 log = logging.getLogger("martingale.chat_episodes")
 
@@ -111,9 +114,6 @@ class Reader:
     scale: str = "p"       # r: the human states R = X in [−1, 1] (parse_r), no forced read
 
     def reads(self, human: Any, before: list[Messages], replies: list[Optional[str]]) -> list[dict[str, Any]]:
-        from ..beliefs.forced import answer_context, forced_reads
-        from ..beliefs.parse import parse_p, parse_r
-        from ..model.backend import render_chat
         parse = parse_r if self.scale == "r" else parse_p
         verbal = [parse(r) if r else None for r in replies]
         forced: list[tuple[Optional[float], Optional[float]]] = [(None, None)] * len(replies)
@@ -165,7 +165,6 @@ def _instructor_says(instructor: Any, conversations: list[Messages], max_tokens:
     tokenizer = getattr(instructor, "tokenizer", None)
     if tokenizer is None:
         return instructor.chat(conversations, max_tokens, temperature, seed), None
-    from ..model.backend import render_chat
     batch = instructor.sample([render_chat(tokenizer, c) for c in conversations], max_tokens, temperature, seed)
     return list(batch.texts), batch
 

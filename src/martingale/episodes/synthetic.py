@@ -31,6 +31,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Optional
 
 from ..registry import Registry
+from ..world.synthetic import expit, logit
+from ..world.traces import MAX_TOTAL, fmt_int, prompt
 
 if TYPE_CHECKING:   # numpy (and the world, which imports it) where used: the schema lists MODES at parse time
     import numpy as np
@@ -64,7 +66,6 @@ def signed_llr(world: SyntheticWorld, clue: int, negated: bool) -> float:
 
 def window_bayes(world: SyntheticWorld, clues: list[int] | tuple[int, ...], negated: bool) -> float:
     """The exact Bayes belief after reading ``clues`` (the base rate, then each clue's llr)."""
-    from ..world.synthetic import expit
     lo = world.prior_logodds + float(sum(world.llr[c] for c in clues))
     return float(expit(-lo if negated else lo))
 
@@ -73,7 +74,6 @@ def lean_window(world: SyntheticWorld, target: float, tol: float, rng: np.random
     """``n_clues`` clues from the clue marginal whose Bayes belief lies within ``tol`` of ``target``."""
     import numpy as np
 
-    from ..world.synthetic import expit
     mix = world.base_rate * world.p1 + (1 - world.base_rate) * world.p0
     for _ in range(LEAN_TRIES):
         draws = rng.choice(world.n_types, size=(LEAN_DRAWS, world.n_clues), p=mix)
@@ -202,8 +202,6 @@ def instructor_prompt(world: SyntheticWorld, ep: Episode, slots: list[int], huma
     what the embedded instructor is asked; the first clue it writes is what it says."""
     import numpy as np
 
-    from ..world.synthetic import logit
-    from ..world.traces import MAX_TOTAL, fmt_int, prompt
     shown = [clue_of(ep, s) for s in slots[: world.n_clues]]
     p = 0.5 if human_p is None else min(max(human_p, 0.01), 0.99)
     units = int(np.clip(np.rint(float(logit(p)) / world.unit), -MAX_TOTAL, MAX_TOTAL))

@@ -13,17 +13,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..domains import Section
 from ..errors import StageError
-from .api_client import ApiClient, ApiModelConfig, choice_text
-from .backend import backend
+from .api_client import ApiClient, choice_text
+from .backend import implements
 
 NO_TOKENS = ("model.backend=api returns chat text, not token ids or log-probs: it plays an episode's role "
              "(simulate.human_model / instructor_model) with elicit.read=verbal; train, evaluate and the "
              "forced read need hf or vllm")
 
 
-@backend("api", section=Section("api", ApiModelConfig))
+@implements("api")
 class ApiBackend:
     """Chat replies from ``model.api.model`` at ``model.api.base_url`` (see the module doc)."""
 

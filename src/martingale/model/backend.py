@@ -1,19 +1,24 @@
 """Generation backends: the one protocol every stage generates and scores through, by name.
 
 A backend samples traces, greedy-completes prefixes (a judge's read) and scores completion token
-log-probs. ``model.backend`` names one of ``BACKENDS``; a backend registers itself with
-``@backend(name, section=...)`` in its own module of this package (``backends()`` imports each
-once, like the stage kinds), its settings, if it has any, a section of its own under ``model``. Light to import (the schema's ``choices()`` reads the registry at compose time): torch
-and transformers are imported inside the methods.
+log-probs. ``model.backend`` names one of ``BACKENDS``. A backend is declared (its name, its
+settings' section under ``model``, the module that implements it: ``declare_backend``), and its
+class is imported only when a model is opened (``backend_class``): the schema reads the
+declarations at compose time without torch. A backend in one new file registers its class with
+``@backend(name, section=...)`` (``backends()`` imports such files of this package once).
 """
 from __future__ import annotations
 
+import importlib
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Protocol, runtime_checkable
 
 from ..domains import Section
 from ..registry import Registry
+from .api_client import ApiModelConfig
+from .serving import VLLMConfig
 
 if TYPE_CHECKING:
     import torch
@@ -62,34 +67,69 @@ class Backend(Protocol):
         """Release what ``load`` started (a server)."""
 
 
+@dataclass
+class BackendKind:
+    """A declared backend: its name (``model.backend``), its settings' section (``model.<key>``),
+    and its body: the class, or the module whose ``@implements(name)`` class it is."""
+    name: str
+    section: Optional[Section]
+    body: str | type
+
+
 BACKENDS: Registry = Registry("backend")
-HELPERS = ("api_client", "backend", "generate", "lean", "load", "tokenizer")   # modules here that register no backend
-def backends() -> dict[str, type]:
-    """Every registered backend, after importing each backend module of this package (once)."""
-    return BACKENDS.discover(__package__, [str(Path(__file__).parent)], HELPERS)
+BUILT_IN = ("hf", "api", "vllm")                  # their modules are bodies: imported by backend_class
+HELPERS = ("api_client", "backend", "generate", "lean", "load", "tokenizer", "serving", *BUILT_IN)
+
+
+def declare_backend(name: str, body: str | type, section: Section | None = None) -> BackendKind:
+    """Declare backend ``name``: ``body`` is its class or the module that implements it."""
+    return BACKENDS.add(name, BackendKind(name, section, body))
 
 
 def backend(name: str, section: Section | None = None) -> Callable[[type], type]:
-    """Register the decorated class as backend ``name`` (the value of ``model.backend``); its own
-    settings, if any, are ``section`` (under ``model``: ``model.<section.key>``), its ``config_section``."""
+    """A backend in one file: register the decorated class as backend ``name``, its settings (if
+    any) ``section`` under ``model``."""
     def register(cls: type) -> type:
         cls.config_section = section
-        return BACKENDS.add(name, cls)
+        declare_backend(name, cls, section)
+        return cls
     return register
+
+
+def implements(name: str) -> Callable[[type], type]:
+    """The class of a declared backend, in its body module: ``backend_class`` finds it here."""
+    def register(cls: type) -> type:
+        kind = BACKENDS[name]
+        cls.config_section = kind.section
+        kind.body = cls
+        return cls
+    return register
+
+
+declare_backend("hf", f"{__package__}.hf")
+declare_backend("api", f"{__package__}.api", Section("api", ApiModelConfig))
+declare_backend("vllm", f"{__package__}.vllm", Section("vllm", VLLMConfig, in_every_run=True))
+
+
+def backends() -> dict[str, BackendKind]:
+    """Every declared backend, after importing each one-file backend module of this package (once)."""
+    return BACKENDS.discover(__package__, [str(Path(__file__).parent)], HELPERS)
 
 
 def backend_sections() -> dict[str, Section]:
     """Backend name → its section (``model.<key>``), for every backend that declares one."""
-    return {name: cls.config_section for name, cls in backends().items()
-            if getattr(cls, "config_section", None) is not None}
+    return {name: kind.section for name, kind in backends().items() if kind.section is not None}
 
 
 def backend_class(model_cfg: dict[str, Any]) -> type:
-    """The backend ``model.backend`` names."""
+    """The class of the backend ``model.backend`` names (its module imported now)."""
     name = model_cfg["backend"]
     if name not in backends():
         raise ValueError(f"model.backend: unknown backend {name!r} (known: {', '.join(BACKENDS)})")
-    return BACKENDS[name]
+    kind = BACKENDS[name]
+    if isinstance(kind.body, str):
+        importlib.import_module(kind.body)          # its @implements sets kind.body to the class
+    return kind.body
 
 
 def open_model(folder: Path | str, model_cfg: dict[str, Any]) -> Backend:
@@ -130,48 +170,3 @@ def chat_by_template(gen: Any, conversations: list[list[dict[str, str]]], max_ne
     return list(gen.sample(texts, max_new_tokens, temperature, seed).texts)
 
 
-@backend("hf")
-class HFBackend:
-    """transformers in-process: wraps a causal LM (a peft model too) and its tokenizer."""
-
-    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 0) -> None:
-        self.model = model
-        self.tokenizer = tokenizer
-        self.batch_size = batch_size    # model.generate_batch: prompts a generate call at most, by length (0 = all)
-
-    @classmethod
-    def load(cls, folder: Path | str, model_cfg: dict[str, Any]) -> "HFBackend":
-        from .load import load
-        return cls(*load(folder, model_cfg), batch_size=int(model_cfg.get("generate_batch") or 0))
-
-    def sample(self, prompts: list[str], max_new_tokens: int, temperature: float, seed: int) -> "Batch":
-        from .generate import sample
-        return sample(self.model, self.tokenizer, prompts, max_new_tokens, temperature, seed, self.batch_size)
-
-    def greedy_next(self, texts: list[str], max_new_tokens: int = 1) -> list[str]:
-        from .generate import greedy_next
-        return greedy_next(self.model, self.tokenizer, texts, max_new_tokens, self.batch_size)
-
-    def next_token_logprobs(self, texts: list[str], top: int) -> list[dict[int, float]]:
-        from .generate import next_token_logprobs
-        return next_token_logprobs(self.model, self.tokenizer, texts, top)
-
-    def token_logprobs(self, batch: "Batch", temperature: float = 1.0, completion_only: bool = False) -> "torch.Tensor":
-        from .generate import token_logprobs
-        return token_logprobs(self.model, batch, temperature, completion_only)
-
-    def with_model(self, model: Any) -> "HFBackend":
-        return type(self)(model, self.tokenizer, self.batch_size)
-
-    def verify(self, probes: list[str]) -> dict[str, Any]:
-        return {}   # the reference every other backend is compared with
-
-    def serve_adapter(self, model: Any, folder: Path, probes: list[str], step: int | None = None) -> None:
-        pass        # samples already come from the in-process policy
-
-    def chat(self, conversations: list[list[dict[str, str]]], max_new_tokens: int, temperature: float,
-             seed: int) -> list[str | None]:
-        return chat_by_template(self, conversations, max_new_tokens, temperature, seed)
-
-    def close(self) -> None:
-        pass

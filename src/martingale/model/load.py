@@ -7,6 +7,9 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
+from ..errors import StageError
+from ..provenance import record_weights
+
 
 def build_tiny(model_cfg: dict[str, Any], tokenizer) -> LlamaForCausalLM:
     """A Llama-architecture causal LM sized by the model config (untied embeddings: D's LoRA
@@ -36,7 +39,6 @@ def placement(model_cfg: dict[str, Any] | None) -> tuple[torch.device, torch.dty
     """(device, dtype) from ``model.device`` and ``model.dtype``: ``auto`` puts the model on CUDA
     when a GPU is visible, and ``dtype: auto`` is bfloat16 there and float32 on a CPU. Asking for
     CUDA where there is none fails the stage (it would otherwise run on the CPU for days)."""
-    from ..errors import StageError
     cfg = model_cfg or {}
     want = str(cfg.get("device", "auto"))
     has_cuda = torch.cuda.is_available()
@@ -63,7 +65,6 @@ def load(stage_dir: Path | str, model_cfg: dict[str, Any] | None = None):
     if (path / "model").is_dir():
         path = path / "model"
     device, dtype = placement(model_cfg)
-    from ..provenance import record_weights
     record_weights(path)   # the sha256 of each weight file, in the stage's provenance.json
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     tokenizer.padding_side = "left"
@@ -76,7 +77,6 @@ def load(stage_dir: Path | str, model_cfg: dict[str, Any] | None = None):
 def check_finite(model, stage_dir: Path | str) -> None:
     """Fail the stage naming the first tensor that holds NaN/Inf: a model that diverged upstream
     would otherwise surface as a transformers sampler error. One isfinite pass per tensor."""
-    from ..errors import StageError
     with torch.no_grad():
         for name, p in model.named_parameters():
             if not torch.isfinite(p).all():

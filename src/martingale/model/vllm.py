@@ -23,25 +23,33 @@ Guards (each fails the stage with one line, never passes when it could not run):
 """
 from __future__ import annotations
 
+import ctypes
+import fcntl
+import getpass
+import glob
 import os
 import re
 import shutil
 import signal
+import socket
+import subprocess
+import tempfile
 import time
-from dataclasses import dataclass
+import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
-from ..domains import COUNT, NONNEG, POSITIVE, Args, Int, PathValue, Real, Section, setting
+import requests
+import torch
+
+from ..errors import StageError
+from ..provenance import record_server_at
 from ..threads import THREAD_VARS
-from .backend import HFBackend, backend
-
-if TYPE_CHECKING:   # the plan imports this module at parse time (schema.choices): stdlib imports too are lazy
-    import subprocess
-
-    import torch
-
-    from .generate import Batch
+from .backend import chat_by_template, implements
+from .generate import Batch, batch_from_ids
+from .hf import HFBackend
+from .load import model_dir, placement
 
 SEED_STRIDE = 100_003   # request i of a batch sampled with seed s uses seed s·100003 + i
 SOCKET_PATH_MAX = 107   # bytes of a Unix socket's path (sockaddr_un.sun_path less its NUL)
@@ -49,40 +57,17 @@ LOG_TAIL = 12           # lines of the server log quoted when it dies
 _ERROR_LINE = re.compile(r"\b\w*(?:Error|Exception)\b:")   # "RuntimeError: …", "EngineDeadError: …"
 
 
-@dataclass
-class VLLMConfig:
-    """The vLLM server a stage starts for ``backend: vllm`` (the backend's section, ``model.vllm``),
-    its client and its guards."""
-    python: str = setting(".venv-vllm/bin/python", PathValue(optional=False), "vLLM's own environment (make vllm)")
-    tensor_parallel_size: int = setting(1, COUNT)
-    gpu_memory_utilization: float = setting(0.85, Real(0, 1, lo_open=True),
-        "per server: a self judge on another model starts a second one")
-    max_lora_rank: int = setting(16, COUNT)
-    cpu_kv_cache_gib: int = setting(1, COUNT, "VLLM_CPU_KVCACHE_SPACE for the CPU build")
-    startup_timeout_s: int = setting(900, COUNT)
-    request_timeout_s: int = setting(300, COUNT)
-    concurrency: int = setting(16, COUNT, "requests in flight")
-    retries: int = setting(2, Int(0))
-    reload_every: int = setting(1, COUNT, "training: reload the adapter in the server every k steps")
-    parity_tol: float = setting(0.01, POSITIVE, "max |log-prob vLLM − HF| on the probe prompts")
-    adapter_floor: float = setting(1e-5, NONNEG,
-        "an adapter must move some probe log-prob by more (also the instructor's guard on any backend)")
-    extra_args: list[str] = setting(None, Args(), "more `vllm serve` flags, verbatim", factory=list)
-
-
 # The thread counts a job runs with (martingale.threads.THREAD_VARS) are not the server's: it picks and pins
 # its own. vllm-cpu pins its worker to the cores it does not reserve for the scheduler (1 of 2 here); a BLAS
 # told to use 2 threads on that one core decoded SmolLM2's chat turns 6.6x slower (4.4 vs 29 tokens/s).
 
 def _stage_error(message: str) -> Exception:
-    from ..errors import StageError
     return StageError(message)
 
 
 def _die_with_parent() -> None:
     """In the server's process: start a session (stopped as a group) and get SIGTERM when the
     stage process dies, even by SIGKILL (Linux prctl PR_SET_PDEATHSIG)."""
-    import ctypes
     os.setsid()
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
@@ -91,7 +76,6 @@ def _die_with_parent() -> None:
 
 
 def _free_port() -> int:
-    import socket
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -107,7 +91,6 @@ def server_command(model_dir: Path, model_cfg: dict[str, Any], port: int) -> lis
     """The argv that serves ``model_dir`` under ``model.name`` with LoRA enabled, in the dtype the
     torch copy uses (``model.load.placement``: vLLM's own ``auto`` would serve a float32 model in
     float16, and parity with the torch log-probs would fail)."""
-    from .load import placement
     v = model_cfg["vllm"]
     dtype = str(placement(model_cfg)[1]).removeprefix("torch.")
     return [str(v["python"]), "-m", "vllm.entrypoints.openai.api_server",
@@ -140,8 +123,6 @@ def _inductor_default() -> str:
     """torch's default compile cache, ``<temp folder>/torchinductor_<user>`` (its
     cache_dir_utils.default_cache_dir, whose import takes ~0.9 s and creates the folder), fixed
     before the server's TMPDIR moves; a uid with no user name is ``uid_<n>`` there too."""
-    import getpass
-    import tempfile
     try:
         user = getpass.getuser()
     except (KeyError, OSError):
@@ -163,8 +144,6 @@ def _scratch_dir() -> Scratch | None:
     """A new TMPDIR for a server (server_env), locked by this process, after removing those no live
     process holds (_sweep_scratch); None where vLLM's socket paths in it (``<dir>/<uuid4>``) would
     pass the 107 bytes a Unix socket path may have: then the server shares the caller's."""
-    import fcntl
-    import tempfile
     _sweep_scratch()
     path = tempfile.mkdtemp(prefix="vllm-")
     if len(os.fsencode(path)) + 1 + 36 > SOCKET_PATH_MAX:
@@ -181,9 +160,6 @@ def _sweep_scratch() -> None:
     """Remove the servers' TMPDIRs in the temp folder whose lock no process holds: a stage killed
     with SIGKILL (an OOM kill, a cluster's time limit) never ran ``stop``. Another user's folders
     cannot be opened and are left alone."""
-    import fcntl
-    import glob
-    import tempfile
     for folder in glob.glob(os.path.join(glob.escape(tempfile.gettempdir()), "vllm-*")):
         try:
             fd = os.open(os.path.join(folder, OWNER), os.O_RDONLY | os.O_CLOEXEC)
@@ -204,7 +180,6 @@ class Server:
 
     def __init__(self, url: str, model_cfg: dict[str, Any], proc: subprocess.Popen | None = None,
                  log_path: Path | None = None, scratch: Scratch | None = None):
-        import requests
         self.url, self.proc, self.log_path, self.scratch = url.rstrip("/"), proc, log_path, scratch
         v = model_cfg["vllm"]
         self.timeout, self.retries = float(v["request_timeout_s"]), int(v["retries"])
@@ -215,7 +190,6 @@ class Server:
     @classmethod
     def start(cls, model_dir: Path, model_cfg: dict[str, Any]) -> "Server":
         """Serve ``model_dir``; wait until ``/health`` answers (``vllm.startup_timeout_s``)."""
-        import subprocess
         v = model_cfg["vllm"]
         python = Path(v["python"])
         if not python.is_file():
@@ -257,13 +231,11 @@ class Server:
                                f"{self.log_tail()}")
 
     def wait_ready(self, timeout: float) -> None:
-        import requests
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self.check_alive()
             try:
                 if self.http.get(self.url + "/health", timeout=5).status_code == 200:
-                    from ..provenance import record_server_at
                     record_server_at(self.http, self.url)   # its /version, in the stage's provenance.json
                     return
             except requests.RequestException:
@@ -274,7 +246,6 @@ class Server:
 
     def post(self, path: str, body: dict[str, Any]) -> Any:
         """POST with retries; a dead server or a refused request fails with its reason."""
-        import requests
         last = ""
         for attempt in range(self.retries + 1):
             self.check_alive()
@@ -296,14 +267,12 @@ class Server:
     def complete(self, bodies: list[dict[str, Any]], concurrency: int | None = None) -> list[dict[str, Any]]:
         """One ``/v1/completions`` request per body, ``concurrency`` (default ``vllm.concurrency``)
         in flight; the first choice of each."""
-        from concurrent.futures import ThreadPoolExecutor
         with ThreadPoolExecutor(max_workers=max(1, concurrency or self.concurrency)) as pool:
             return [r["choices"][0] for r in pool.map(lambda b: self.post("/v1/completions", b), bodies)]
 
     def stop(self) -> None:
         """Stop a server started here: SIGTERM to its process group, SIGKILL after 30 s; then
         remove its TMPDIR (server_env)."""
-        import subprocess
         self.http.close()
         try:
             if self.proc is None or self.proc.poll() is not None:
@@ -322,7 +291,7 @@ class Server:
                 self.scratch = None
 
 
-@backend("vllm", section=Section("vllm", VLLMConfig, in_every_run=True))
+@implements("vllm")
 class VLLMBackend:
     """Samples and greedy reads through a vLLM server; log-probs and the parity reference from
     the same weights in torch (``local``, an HFBackend, also the one a training stage updates)."""
@@ -338,7 +307,6 @@ class VLLMBackend:
 
     @classmethod
     def load(cls, folder: Path | str, model_cfg: dict[str, Any]) -> "VLLMBackend":
-        from .load import model_dir
         local = HFBackend.load(folder, model_cfg)
         path = model_dir(folder) if model_dir(folder).is_dir() else Path(folder)
         url = model_cfg.get("server_url")
@@ -374,7 +342,6 @@ class VLLMBackend:
         """Token ids of the texts and the server's choice for each. ``alone``: one request at a
         time, each with a cache salt of its own (no prefix-cache hit), so each is computed the same
         way whatever else the server has seen or is doing (the guards' reads)."""
-        import uuid
         prompts = self._ids(texts)
         bodies = [{"model": model or self.served, "prompt": p, "max_tokens": int(max_new_tokens),
                    "temperature": float(temperature), "return_token_ids": True,
@@ -385,7 +352,6 @@ class VLLMBackend:
         return prompts, choices
 
     def sample(self, prompts: list[str], max_new_tokens: int, temperature: float, seed: int) -> "Batch":
-        from .generate import batch_from_ids
         ids, choices = self._generate(prompts, max_new_tokens, temperature, seed)
         return batch_from_ids(self.tokenizer, ids, [self._completion_ids(c) for c in choices])
 
@@ -414,7 +380,6 @@ class VLLMBackend:
     # -- adapters ------------------------------------------------------------------------------
     def chat(self, conversations: list[list[dict[str, str]]], max_new_tokens: int, temperature: float,
              seed: int) -> list[str | None]:
-        from .backend import chat_by_template
         return chat_by_template(self, conversations, max_new_tokens, temperature, seed)
 
     def load_adapter(self, name: str, folder: Path) -> None:
@@ -448,9 +413,7 @@ class VLLMBackend:
         parity_tol. Where the two pick different tokens, that is a tie only if HF scores the
         server's token within parity_tol of its own (bf16 kernels break near-ties differently);
         the probe is compared up to there. Any other difference fails the stage."""
-        import torch
 
-        from .generate import batch_from_ids
         if not probes:
             raise _stage_error("backend parity: no probe prompts, the check cannot run")
         tol = float(self.cfg["vllm"]["parity_tol"])

@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import io
+from .. import provenance as prov
 from ..effects import EffectError, beat_counts, paired_effect, replicate_summary, undefined_effect
 from ..plan import config_hash
+from ..plots import write_plots
 from ..stats import seed_spread
 
 
@@ -185,7 +187,6 @@ def transcripts(records: dict) -> dict[str, list[dict[str, Any]]]:
 def stage_provenance(evals: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """{stage id: its provenance.json} for each eval folder read and the folder of the model it
     evaluated (its store sibling ``<store>/<kind>/<model_stage>``), where one was recorded."""
-    from .. import provenance as prov
     out: dict[str, dict[str, Any]] = {}
     for e in evals:
         d = Path(e["dir"])
@@ -260,7 +261,6 @@ def write_run_results(run_id: str, resolved_cfg: dict[str, Any], lineage: list[d
     io.write_json(out / "lineage.json", lineage)
     io.write_jsonl(out / "records.jsonl", all_records)
     if plots:
-        from ..plots import write_plots
         write_plots(out / "plots", run_id, stage_order, pooled, stages, parent, knob,
                     forest_rows(effects, final) or None)
     io.write_json(out / "eval.json", result)

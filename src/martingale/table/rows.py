@@ -24,6 +24,7 @@ from ..io import read_optional, read_optional_yaml
 from ..locks import lock_state
 from ..manifest import MANIFEST
 from ..plan import config_hash, current_index
+from ..provenance import summary
 from ..store import STORE, stage_dir
 
 HEADLINE = ("n", "brier", "brier_ci", "ms", "ms_ci", "bss", "parse_rate")
@@ -59,7 +60,6 @@ def _effect(evals: Any) -> Optional[dict]:
 def _provenance(evals: Any) -> Optional[dict]:
     """What the run's stages ran with (eval.json's stage_provenance, compacted: martingale.provenance.
     summary): {versions, weights_sha256}; None for results without it."""
-    from ..provenance import summary
     docs = evals.get("stage_provenance") if isinstance(evals, dict) else None
     return summary(docs, STORE) if isinstance(docs, dict) else None
 
