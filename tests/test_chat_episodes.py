@@ -266,9 +266,11 @@ def test_api_roles_behind_a_keyed_vllm_server_are_cached_and_the_key_written_now
         first = json.loads((project / "first/backend.json").read_text())
         second = json.loads((project / "second/backend.json").read_text())
         assert first["human"] == first["instructor"] == {"backend": "api", "api_model": "smollm2_135m"}
-        # one client for the two roles (the same endpoint and model): 3 episodes × (2 human turns + 1 instructor turn)
-        assert first["api"]["human"]["answered"] == 9 and first["api"]["human"]["failures"] == 0
-        assert second["api"]["human"]["calls"] == 0 and second["api"]["human"]["cache_hits"] == 9
+        # each role its own client and counters: 3 episodes × 2 human turns, 3 × 1 instructor turn
+        assert first["api"]["human"]["answered"] == 6 and first["api"]["instructor"]["answered"] == 3
+        assert first["api"]["human"]["failures"] == first["api"]["instructor"]["failures"] == 0
+        assert second["api"]["human"]["calls"] == second["api"]["instructor"]["calls"] == 0
+        assert second["api"]["human"]["cache_hits"] == 6 and second["api"]["instructor"]["cache_hits"] == 3
         assert (project / "first/records.jsonl").read_bytes() == (project / "second/records.jsonl").read_bytes()
         written = [p for p in project.rglob("*") if p.is_file()]
         assert any("_api_cache" in str(p) for p in written)

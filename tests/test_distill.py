@@ -9,7 +9,7 @@ from martingale.stages.body import distill
 
 @pytest.mark.slow   # two SFT runs (~15 s)
 def test_distill_writes_a_merged_model_and_is_deterministic(tmp_path, default_cfg, untrained_model):
-    cfg = {"world": default_cfg["world"], "model": default_cfg["model"],
+    cfg = {"world": default_cfg["world"], "model": default_cfg["model"], "seed": 0,
            "distill": {**default_cfg["distill"], "steps": 3, "batch_size": 4}}
     a, b = tmp_path / "a", tmp_path / "b"
     distill.run(cfg, untrained_model, a)

@@ -126,3 +126,13 @@ def test_the_cli_defers_scipy_and_matplotlib_until_a_command_needs_them():
             "if m in sys.modules and type(sys.modules[m]).__name__ != '_LazyModule'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_no_function_of_the_package_runs_over_60_lines():
+    """A function one reads in one sitting: none in src/ runs over 60 lines (its docstring included)."""
+    long = []
+    for path in sorted(ROOT.rglob("*.py")):
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.end_lineno - fn.lineno + 1 > 60:
+                long.append(f"{path.relative_to(ROOT.parent)}:{fn.lineno} {fn.name} ({fn.end_lineno - fn.lineno + 1})")
+    assert long == []

@@ -166,8 +166,8 @@ def test_a_trained_instructor_that_speaks_as_its_start_model_fails_the_episode_s
 @pytest.mark.slow
 def test_an_instructor_adapter_that_is_never_applied_fails_the_instructor_stage(built, tmp_path, monkeypatch):
     from martingale.errors import StageError
-    from martingale.stages.body import instructor, train
-    monkeypatch.setattr(train, "update", lambda policy, loss: None)   # the optimizer step never lands
+    from martingale.stages.body import instructor
+    monkeypatch.setattr(instructor, "update", lambda policy, loss: None)   # the optimizer step never lands
     out = tmp_path / "out"
     with pytest.raises(StageError, match="not applied"):
         instructor.run(_stage_cfg(built, "c3-episode-ms"), start_model=_pretrained(built),

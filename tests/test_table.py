@@ -294,7 +294,7 @@ def test_runs_html_embeds_the_rows_safely_and_regenerates_byte_identical(proj):
     write_run(proj, "A-on-D.yaml", "parent: D\nknob: stages.s1.reward=A\nquestion: \"</script><b>x\"\n")
     write_table(proj)
     html = (proj / "runs.html").read_text()
-    assert html.count("</script>") == 3 and "<\\/script><b>x" in html
+    assert html.count("</script>") == 4 and "<\\/script><b>x" in html   # runs, claims, columns, the code
     first = {n: (proj / n).read_bytes() for n in ("runs.json", "RUNS.md", "runs.html")}
     write_table(proj)
     assert {n: (proj / n).read_bytes() for n in first} == first

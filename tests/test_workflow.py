@@ -39,7 +39,8 @@ def test_dry_run_of_all_lists_each_distinct_stage_once(proj):
     assert len(runs) == len(run_files(proj))                 # the fixture marks no run invalid
     stages = plan.stages_for(runs)
     rows = [r for run in runs for r in plan.run_stages(run)]
-    assert counts["pretrain"] == 1 and counts["distill"] == 1
+    distills = {s for s in stages if plan.stages[s].kind == "distill"}             # one D a seed
+    assert counts["pretrain"] == 1 and counts["distill"] == len(distills) == 3
     assert counts["train"] == len({r.model_stage for r in rows if r.stage != "s0"})
     natural = {e["eval_stage"] for run in runs for e in plan.natural_evals(run)}  # the natural base, measured as each run measures
     assert counts["evaluate"] == len({r.eval_stage for r in rows} | natural)

@@ -21,6 +21,7 @@ _FINISHED = re.compile(r"^Finished jobid: (\d+) \(Rule: (\w+)\)$")
 
 @dataclass(frozen=True)
 class Job:
+    """One job of a Snakemake log: its rule, wildcards, and when it started and finished."""
     jobid: int
     rule: str
     start: datetime

@@ -12,6 +12,7 @@ import typer
 import yaml
 from rich.console import Console
 from rich.table import Table
+from rich.tree import Tree
 
 from . import cost
 from .config.compose import flatten
@@ -49,6 +50,7 @@ STATE = _State()
 
 
 def fail(message: str) -> None:
+    """Print an error line and exit 1."""
     err.print(f"error: {message}", markup=False, style="bold red")
     raise typer.Exit(1)
 
@@ -200,43 +202,13 @@ STATE_STYLE = {"done": "green", "stale": "yellow", "corrupt": "red", "running": 
 def status() -> None:
     """The run tree with each run's state and headline; then the runs that can launch now (their
     parent is done), like the log's queued/candidate table."""
-    from rich.tree import Tree
-
-
     try:
         rows = {r["run_id"]: r for r in build_table(STATE.root)}
     except (RunError, TableError) as e:
         fail(str(e))
         return
     unmet_here = {run_id: unmet([Need.from_tag(t) for t in r["needs"]], STATE.root) for run_id, r in rows.items()}
-    children: dict[Optional[str], list[str]] = {}
-    for run_id, r in sorted(rows.items()):
-        children.setdefault(r["parent"], []).append(run_id)
-
-    def label(r: dict) -> str:
-        style = STATE_STYLE.get(r["state"], "")
-        text = f"[bold]{r['run_id']}[/]  [{style}]{r['state']}[/]"
-        if r.get("knob"):
-            text += f"  [cyan]{r['knob']}[/]"
-        if r["state"] == "done":
-            text += f"  Brier {fmt.brier(r['metrics'])}  MS {fmt.ms(r['metrics'])}"
-        if r.get("invalid"):
-            text += f"  bug: {r['invalid']}"
-        lacking = unmet_here[r["run_id"]] if r["state"] != "done" else []
-        if lacking:
-            text += f"  [magenta]needs {'; '.join(map(str, lacking))}[/] (all skips it)"
-        if r.get("log"):
-            text += f"  log: {r['log']}"
-        return text
-
-    tree = Tree(f"[bold]runs[/] ({len(rows)})")
-
-    def grow(node, parent: Optional[str]) -> None:
-        for run_id in children.get(parent, []):
-            grow(node.add(label(rows[run_id])), run_id)
-
-    grow(tree, None)
-    Console(highlight=False).print(tree)   # wraps long labels (the shared console crops them)
+    Console(highlight=False).print(run_tree(rows, unmet_here))   # wraps long labels (the shared console crops them)
     pending = [r for r in rows.values() if r["state"] in ("queued", "crashed")]
     ready = [r for r in pending if (r["parent"] is None or rows[r["parent"]]["state"] == "done")
              and not unmet_here[r["run_id"]]]
@@ -250,10 +222,39 @@ def status() -> None:
     if ready:
         targets = " ".join(f"results/{r['run_id']}/eval.json" for r in ready)
         out.print(f"launch: snakemake --profile profiles/<local|slurm> {targets}", markup=False)
-    for line in advice(rows):
+    for line in advice(rows) + provisional_lines(list(rows.values())):
         out.print(line, markup=False)
-    for line in provisional_lines(list(rows.values())):
-        out.print(line, markup=False)
+
+
+def run_label(r: dict, lacking: list) -> str:
+    """A run's line in the tree: id, state, knob, headline, bug, what it lacks here, its log."""
+    style = STATE_STYLE.get(r["state"], "")
+    text = f"[bold]{r['run_id']}[/]  [{style}]{r['state']}[/]"
+    if r.get("knob"):
+        text += f"  [cyan]{r['knob']}[/]"
+    if r["state"] == "done":
+        text += f"  Brier {fmt.brier(r['metrics'])}  MS {fmt.ms(r['metrics'])}"
+    if r.get("invalid"):
+        text += f"  bug: {r['invalid']}"
+    if lacking and r["state"] != "done":
+        text += f"  [magenta]needs {'; '.join(map(str, lacking))}[/] (all skips it)"
+    if r.get("log"):
+        text += f"  log: {r['log']}"
+    return text
+
+
+def run_tree(rows: dict[str, dict], unmet_here: dict[str, list]) -> Tree:
+    """The run tree, each run under its parent."""
+    children: dict[Optional[str], list[str]] = {}
+    for run_id, r in sorted(rows.items()):
+        children.setdefault(r["parent"], []).append(run_id)
+    tree = Tree(f"[bold]runs[/] ({len(rows)})")
+
+    def grow(node, parent: Optional[str]) -> None:
+        for run_id in children.get(parent, []):
+            grow(node.add(run_label(rows[run_id], unmet_here[run_id])), run_id)
+    grow(tree, None)
+    return tree
 
 
 def provisional_lines(rows: list[dict]) -> list[str]:

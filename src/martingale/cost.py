@@ -46,6 +46,7 @@ def is_built(root: Path | str, sid: str) -> bool:
 
 
 def model_name(stage: Stage) -> str:
+    """The model a stage runs on (``model.name``), for grouping its cost."""
     return str((stage.cfg.get("model") or {}).get("name", "?"))
 
 
@@ -127,6 +128,7 @@ def durations(plan: Plan, root: Path | str) -> dict[tuple[str, str], list[float]
 # ------------------------------------------------------------------ estimate
 @dataclass(frozen=True)
 class StageCost:
+    """One stage of a build: new or reused, its estimated wall time, CPU- and GPU-hours and their basis."""
     sid: str
     kind: str
     model: str
@@ -147,6 +149,7 @@ class StageCost:
 
 @dataclass(frozen=True)
 class Group:
+    """The new stages of one kind and model, summed."""
     kind: str
     model: str
     new: int
@@ -159,6 +162,7 @@ class Group:
 
 @dataclass(frozen=True)
 class Estimate:
+    """Every stage a build needs, with the totals of the new ones."""
     stages: list[StageCost]
 
     @property

@@ -256,6 +256,7 @@ def write_bytes_if_changed(path: Path | str, data: bytes) -> bool:
 
 
 def write_json(path: Path | str, obj: Any) -> None:
+    """Canonical JSON (sorted keys), written atomically and redacted."""
     write_text(path, canonical_json(obj))
 
 
@@ -266,15 +267,18 @@ def write_yaml(path: Path | str, obj: Any) -> None:
 
 
 def write_jsonl(path: Path | str, rows: list[dict]) -> None:
+    """One canonical JSON object a line, written atomically and redacted."""
     write_text(path, "".join(json.dumps(_finite(r), sort_keys=True, ensure_ascii=False) + "\n" for r in rows))
 
 
 def read_json(path: Path | str) -> Any:
+    """The JSON document at ``path``."""
     with open(path, encoding="utf-8") as f:
         return json.load(f)
 
 
 def read_jsonl(path: Path | str) -> list[dict]:
+    """Every JSON object of a JSON-lines file."""
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
 

@@ -23,6 +23,7 @@ class CorruptArtifact(RuntimeError):
 
 
 def sha256_file(path: Path) -> str:
+    """The sha256 of a file's bytes, read in blocks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(_CHUNK), b""):

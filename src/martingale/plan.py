@@ -28,13 +28,14 @@ from .config.runs import RunTree
 from .config.schema import declared_sections
 from .io import canonical_json, read_pickle, write_pickle, write_text_if_changed
 from .needs import Need, stage_needs, unmet
-from .rewards import REWARDS, reward_settings
+from .rewards import reward_settings, rewards
 from .stages import StageKind, kinds, uses_key
 from .store import STORE, read_index, stage_dir
 
 
 @dataclass(frozen=True)
 class Stage:
+    """A planned stage: its kind, id, config slice (what its id hashes), input stage ids and resources."""
     kind: str
     id: str
     cfg: dict                          # the slice passed to the stage body (and hashed)
@@ -43,6 +44,7 @@ class Stage:
 
 
 class RunStage(NamedTuple):
+    """One stage of a run for one seed: its model stage and the eval that reads it."""
     stage: str          # s0, s1, s2
     seed: int
     model_stage: str    # id of the stage that made the model (weights/pretrain/distill/train)
@@ -167,7 +169,7 @@ def _distill_slice(distill: dict, kind: Optional[StageKind] = None) -> dict:
 def step_config(stage: dict) -> dict:
     """A step's own config (``stages.<s>``) without the keys other rewards bring (reward_settings):
     a reward's new key is in a stage's id only where that stage's reward declares it."""
-    mine = REWARDS[stage["reward"]].settings if stage.get("reward") in REWARDS else {}
+    mine = rewards()[stage["reward"]].settings if stage.get("reward") in rewards() else {}
     others = [k for k in reward_settings() if k not in mine]
     return {k: v for k, v in stage.items() if k not in others}
 

@@ -103,6 +103,7 @@ def _suffix(records: list[dict[str, Any]]) -> str:
 
 
 def prior_posterior(run_id: str, stage_order: list[str], records: dict[str, list[dict]], path: Path) -> Path:
+    """prior_posterior.png: prior vs posterior per stage, with y = x."""
     fig, axes = _panels(len(stage_order))
     for ax, stage in zip(axes, stage_order):
         x, y = _pairs(records.get(stage, []), "prior", "posterior")
@@ -130,6 +131,7 @@ def _ols_band(x: np.ndarray, y: np.ndarray, grid: np.ndarray, level: float = 0.9
 
 def delta_vs_prior(run_id: str, stage_order: list[str], records: dict[str, list[dict]],
                    metrics: dict[str, dict], path: Path) -> Path:
+    """delta_vs_prior.png: Δ against prior − ½ per stage, the OLS line (its slope is MS) and its band."""
     fig, axes = _panels(len(stage_order))
     for ax, stage in zip(axes, stage_order):
         prior, post = _pairs(records.get(stage, []), "prior", "posterior")
@@ -156,6 +158,7 @@ def delta_vs_prior(run_id: str, stage_order: list[str], records: dict[str, list[
 
 def reliability(run_id: str, stage_order: list[str], records: dict[str, list[dict]],
                 metrics: dict[str, dict], path: Path) -> Path:
+    """reliability.png: observed frequency against mean stated P in bins, per stage."""
     fig, axes = _panels(len(stage_order))
     for ax, stage in zip(axes, stage_order):
         p, y = _pairs(records.get(stage, []), "stated", "y")
@@ -182,6 +185,7 @@ def reliability(run_id: str, stage_order: list[str], records: dict[str, list[dic
 
 
 def brier_ms_by_stage(run_id: str, stage_order: list[str], metrics: dict[str, dict], path: Path) -> Path:
+    """brier_ms_by_stage.png: Brier and MS by stage with their CIs (each seed where several)."""
     fig, (ax_b, ax_m) = _panels(2, w=4.2)
     xs = np.arange(len(stage_order))
     for ax, key, ci_key, label in ((ax_b, "brier", "brier_ci", "Brier (stated P)"), (ax_m, "ms", "ms_ci", "MS")):
@@ -242,6 +246,7 @@ def _effect_rows(effects: dict[str, dict], part: str) -> list[tuple[str, float, 
 
 def effect_forest(run_id: str, parent: str | None, knob: str | None, effects: dict[str, dict] | None,
                   path: Path) -> Path:
+    """effect_forest.png: the knob's paired effect against the parent, per stage and seed."""
     if not effects:
         fig = _figure.Figure(figsize=(6, 1.6))
         ax = fig.subplots()
@@ -306,6 +311,7 @@ def _turn_means(records: list[dict], key: str, lean: int) -> np.ndarray:
 
 def belief_by_turn(run_id: str, stage_order: list[str], records: dict[str, list[dict]],
                    metrics: dict[str, dict], path: Path) -> Path:
+    """belief_by_turn.png: the human's mean P across turns by its lean, and MS per stage."""
     if not any(r.get("trajectory") for stage in stage_order for r in records.get(stage, [])):
         return _message(f"{run_id}: a single-agent run, no two-agent episode (eval.kind=simulate plays them)", path)
     fig, (ax_p, ax_m) = _panels(2, w=4.4)

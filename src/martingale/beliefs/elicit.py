@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class Rollout:
+    """One rollout of a batch of questions: the sampled traces, the prior and posterior read from them, the stated P."""
     questions: list[Question]
     trace: Batch
     snap: Batch | None

@@ -21,6 +21,7 @@ EMBEDDED = "embedded"
 
 
 def is_embedded(prompts_cfg: dict[str, Any] | None) -> bool:
+    """Whether the prompt set is the embedded model's own format (no chat template)."""
     return (prompts_cfg or {}).get("name", EMBEDDED) == EMBEDDED
 
 

@@ -15,6 +15,7 @@ closed with the stage, its ``stats()`` written to the stage's metrics.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from ..domains import Section
@@ -33,6 +34,7 @@ ReadFn = Callable[["ReadContext", "list[Question]", list[str], int], list[float 
 
 @dataclass
 class ReadContext:
+    """What a belief reader may use: the world (its oracle), the judge model, the run's config, the services it opened."""
     world: SyntheticWorld
     judge: Any = None            # the judge model's backend (model.backend), for readers that need one
     batch_size: int = 512
@@ -71,6 +73,7 @@ class Reader:
 
 
 READERS: Registry = Registry("reader")
+HELPERS = ("api_judge", "elicit", "forced", "parse", "prompts", "readers")   # modules of beliefs/ that declare no reader
 
 
 def reader(name: str, needs_judge: bool = False, section: Optional[Section] = None) -> Callable[[ReadFn], ReadFn]:
@@ -82,9 +85,14 @@ def reader(name: str, needs_judge: bool = False, section: Optional[Section] = No
     return register
 
 
+def readers() -> dict[str, Reader]:
+    """Every reader: this module's and each one-file reader of beliefs/ (imported once)."""
+    return READERS.discover(__package__, [str(Path(__file__).parent)], HELPERS)
+
+
 def get_reader(name: str) -> Reader:
     """The reader ``elicit.judge`` names."""
-    if name not in READERS:
+    if name not in readers():
         raise ValueError(f"elicit.judge: unknown reader {name!r} (known: {', '.join(READERS)})")
     return READERS[name]
 

@@ -11,7 +11,7 @@ from typing import Any, Optional
 from ..domains import InChoices
 from ..episodes import episode_problem
 from ..model.backend import backends
-from ..rewards import REWARDS
+from ..rewards import rewards
 from ..stages import uses_key
 from ..world.questions import config_problem
 from .schema import ROLE_MODELS, domain_key, domains, model_class
@@ -67,7 +67,7 @@ def _episode_reward_problem(cfg: dict, root: Optional[Path]) -> Optional[tuple[s
     """A reward that reads an episode's trajectory (rewards.EPISODE_INPUTS) belongs on an instructor
     stage: a train stage's rollouts have no episode."""
     for name, st in cfg["stages"].items():
-        r = REWARDS.get(st.get("reward"))
+        r = rewards().get(st.get("reward"))
         if r is not None and r.episodic and st.get("kind") != "instructor":
             return (f"stages.{name}.reward", f"{r.name} scores a two-agent episode: only an instructor stage "
                     f"has one (stages.{name}.kind is {st.get('kind')})")

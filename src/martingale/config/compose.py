@@ -137,6 +137,7 @@ def parse_override(text: str) -> Override:
 # --------------------------------------------------------------------------- validation
 
 def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested mapping as dotted key → leaf value."""
     out: dict[str, Any] = {}
     if isinstance(d, dict):
         for k, v in d.items():
@@ -216,6 +217,7 @@ def check_values(resolved: dict, allowed: dict[str, tuple[Any, ...]] | None = No
 
 
 def to_dict(cfg: DictConfig) -> dict:
+    """A composed OmegaConf config as a plain dict, every interpolation resolved."""
     try:
         return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)  # type: ignore[return-value]
     except Exception as e:

@@ -62,6 +62,7 @@ class RunError(ValueError):
 
 @dataclass(frozen=True)
 class RunSpec:
+    """A run file as read: its parent, its one knob and its metadata."""
     run_id: str
     parent: Optional[str]
     knob: Optional[str]

@@ -19,15 +19,14 @@ import typing
 from dataclasses import dataclass, make_dataclass
 from typing import Any, Optional
 
-from ..beliefs import readers  # noqa: F401 (its readers register on import)
-from ..beliefs.readers import READERS
+from ..beliefs.readers import readers
 from ..domains import SEED, Domain, OneOf, Section, Seeds, section, setting
 from ..episodes import chat, synthetic  # noqa: F401 (their modes)
 from ..episodes.chat import CHAT_MODES
 from ..episodes.synthetic import MODES
 from ..model.backend import backend_sections, backends
 from ..registry import epoch
-from ..rewards import REWARDS, reward_settings
+from ..rewards import reward_settings, rewards
 from ..stages import kind_names, kinds
 from . import sections as core
 
@@ -56,7 +55,7 @@ def declared_sections() -> tuple[Declared, ...]:
 @functools.lru_cache(maxsize=4)
 def _declared(registries: int) -> tuple[Declared, ...]:
     found = [Declared(k.section.key, k.section, "stage kind", k.name) for k in kinds().values() if k.section]
-    found += [Declared(r.section.key, r.section, "reader", r.name) for r in READERS.values() if r.section]
+    found += [Declared(r.section.key, r.section, "reader", r.name) for r in readers().values() if r.section]
     found += [Declared(f"model.{s.key}", s, "backend", name) for name, s in backend_sections().items()]
     taken = {k: "the core config" for k in CORE_KEYS} | {f"model.{f.name}": "the core model config"
                                                          for f in dataclasses.fields(core.ModelConfig)}
@@ -117,6 +116,8 @@ def _registries() -> int:
     if not _DISCOVERED[0]:
         kinds()
         backends()
+        readers()
+        rewards()
         _DISCOVERED[0] = True
     return epoch()
 
@@ -195,8 +196,8 @@ def choices() -> dict[str, tuple[Any, ...]]:
     level): a reward, reader, backend, mode or stage kind added in its own file is allowed here
     with no second list."""
     return {"simulate.mode": tuple(dict.fromkeys([*MODES, *CHAT_MODES])),
-            "elicit.judge": tuple(READERS),
-            "stages.*.reward": (None, *REWARDS),
+            "elicit.judge": tuple(readers()),
+            "stages.*.reward": (None, *rewards()),
             "model.backend": tuple(backends()),
             "stages.*.kind": kind_names("step"),
             "eval.kind": kind_names("measure")}

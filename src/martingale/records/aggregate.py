@@ -202,6 +202,14 @@ def stage_provenance(evals: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return dict(sorted(out.items()))
 
 
+def eval_provenance(evals: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """eval.json's ``provenance``: stage → seed → its model stage and eval stage ids."""
+    out: dict[str, dict[str, Any]] = {}
+    for e in evals:
+        out.setdefault(e["stage"], {})[str(e["seed"])] = {"model_stage": e["model_stage"], "eval_stage": e["eval_stage"]}
+    return out
+
+
 def write_run_results(run_id: str, resolved_cfg: dict[str, Any], lineage: list[dict[str, Any]],
                       evals: list[dict[str, Any]], out_dir: Path | str,
                       parent_evals: list[dict[str, Any]] | None = None, plots: bool = True,
@@ -227,10 +235,6 @@ def write_run_results(run_id: str, resolved_cfg: dict[str, Any], lineage: list[d
     by_stage: dict[str, dict[int, dict[str, Any]]] = {}
     for (stage, seed), m in metrics.items():
         by_stage.setdefault(stage, {})[seed] = m
-    provenance: dict[str, dict[str, Any]] = {}
-    for e in evals:
-        provenance.setdefault(e["stage"], {})[str(e["seed"])] = {
-            "model_stage": e["model_stage"], "eval_stage": e["eval_stage"]}
     stages = {name: combine_seeds(by_stage[name]) for name in stage_order}
     ran_with = stage_provenance(evals + list(natural_evals or []))
     parent = lineage[-1].get("parent") if lineage else None
@@ -246,7 +250,7 @@ def write_run_results(run_id: str, resolved_cfg: dict[str, Any], lineage: list[d
     result = {
         "run_id": run_id, "parent": parent, "knob": knob, "config_hash": config_hash(resolved_cfg),
         "seeds": sorted({int(e["seed"]) for e in evals}),
-        "stage_order": stage_order, "stages": stages, "provenance": provenance,
+        "stage_order": stage_order, "stages": stages, "provenance": eval_provenance(evals),
         "stage_provenance": ran_with,
         "effect": {"parent": parent, "knob": knob,
                    "compares": compares(final["stage"], final["parent_stage"]) if final else None,

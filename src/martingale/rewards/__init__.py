@@ -66,6 +66,11 @@ class Reward:
 REWARDS: Registry = Registry("reward")
 
 
+def rewards() -> dict[str, Reward]:
+    """Every reward: each module of this package registers its family on import (once)."""
+    return REWARDS.discover(__name__, __path__, ("fit",))
+
+
 def reward(name: str, needs: tuple[str, ...], params: tuple[str, ...] | Mapping[str, Any] = ()):
     """Register the decorated batch function as reward ``name`` (see the module docstring).
     ``params``: the config keys bound as its keyword arguments, each a key the stage config has
@@ -85,13 +90,14 @@ def reward(name: str, needs: tuple[str, ...], params: tuple[str, ...] | Mapping[
 def reward_settings() -> dict[str, tuple[str, Any]]:
     """Every key a reward brings to the stage config: key → (the reward, its ``setting`` field).
     Two rewards declaring one key is an error naming both."""
+    rewards()
     return _reward_settings(epoch())
 
 
 @functools.lru_cache(maxsize=4)
 def _reward_settings(registries: int) -> dict[str, tuple[str, Any]]:
     out: dict[str, tuple[str, Any]] = {}
-    for r in REWARDS.values():
+    for r in rewards().values():
         for key, f in r.settings.items():
             if key in out:
                 raise ValueError(f"reward {r.name}: stage key {key!r} is already reward {out[key][0]}'s")
@@ -101,9 +107,7 @@ def _reward_settings(registries: int) -> dict[str, tuple[str, Any]]:
 
 def bind(name: str, stage_cfg: Mapping[str, Any]) -> Callable[..., np.ndarray]:
     """Reward ``name`` bound to a stage config: a function of the batch (see ``Reward.bind``)."""
-    if name not in REWARDS:
+    if name not in rewards():
         raise ValueError(f"stages.*.reward: unknown reward {name!r} (known: {', '.join(REWARDS)})")
     return REWARDS[name].bind(stage_cfg)
 
-
-from . import brier, combined, episode, martingale  # noqa: E402,F401 (each family registers its rewards on import)

@@ -86,6 +86,7 @@ inside ±m (a null) at the current estimate, from the seeds' observed spread (`m
 
 @dataclass(frozen=True)
 class Finding:
+    """One finding of conf/findings.yaml, checked."""
     id: str
     claim: str
     log: str
@@ -105,6 +106,24 @@ def _finding(fid: str, spec: Any, run_ids: set[str]) -> Finding:
 
     if not _ID.match(fid):
         raise TableError(f"{FINDINGS}: {fid!r}: a finding id is a short name (letters, digits, - _ .)")
+    _check_entry(spec, bad)
+    test = spec["test"]
+    run, stage, metric = str(test["run"]), str(test.get("stage", "final")), str(test["metric"])
+    if run not in run_ids:
+        raise bad("test.run", f"unknown run-id {run!r} (no conf/runs/{run}.yaml)")
+    if not _STAGE.match(stage):
+        raise bad("test.stage", f"{stage!r} is not a stage (s0, s1, s2 … or final)")
+    expect = _expectation(metric, test["expect"], bad)
+    margin = _margin(test, expect, bad)
+    why = " ".join(spec["why"].split()) if "why" in spec else None
+    if why is not None:
+        _check_why(why, run_ids, bad)
+    return Finding(fid, spec["claim"].strip(), spec["log"].strip(), " ".join(spec["statement"].split()),
+                   run, stage, metric, expect, why, margin)
+
+
+def _check_entry(spec: Any, bad) -> None:
+    """The entry's keys and their types: a mapping with KEYS (and OPTIONAL_KEYS), ``test`` with TEST_KEYS."""
     if not isinstance(spec, dict):
         raise bad("entry", "expected a mapping with " + ", ".join(KEYS))
     for key in KEYS:
@@ -123,31 +142,24 @@ def _finding(fid: str, spec: Any, run_ids: set[str]) -> Finding:
             raise bad(f"test.{key}", "missing")
     if extra := sorted(set(map(str, test)) - set(TEST_KEYS)):
         raise bad(f"test.{extra[0]}", "unknown key (expected " + ", ".join(TEST_KEYS) + ")")
-    run, stage, metric = str(test["run"]), str(test.get("stage", "final")), str(test["metric"])
-    if run not in run_ids:
-        raise bad("test.run", f"unknown run-id {run!r} (no conf/runs/{run}.yaml)")
-    if not _STAGE.match(stage):
-        raise bad("test.stage", f"{stage!r} is not a stage (s0, s1, s2 … or final)")
+
+
+def _expectation(metric: str, given: Any, bad) -> str:
+    """The metric checked and its expectation normalised: "> 0", "< 0", "= 0", or a seed count's."""
     if metric.startswith("counts."):
         if metric not in COUNTS:
             raise bad("test.metric", f"{metric!r} is not a seed count (" + ", ".join(COUNTS) + ")")
-        expect = str(test["expect"]).strip()
+        expect = str(given).strip()
         if expect not in COUNT_EXPECTS:
-            raise bad("test.expect", f"{test['expect']!r}: a seed count expects one of " + ", ".join(COUNT_EXPECTS))
-    elif not (metric in EFFECTS or _METRIC.match(metric)) or metric.endswith("_ci"):
+            raise bad("test.expect", f"{given!r}: a seed count expects one of " + ", ".join(COUNT_EXPECTS))
+        return expect
+    if not (metric in EFFECTS or _METRIC.match(metric)) or metric.endswith("_ci"):
         raise bad("test.metric", f"{metric!r} is not a metric name (e.g. ms, brier, delta_brier, "
                                  "effect.ms, effect.brier, counts.beats_natural_base; its CI <metric>_ci is read beside it)")
-    else:
-        expect = str(test["expect"]).replace(" ", "")
-        if expect not in [e.replace(" ", "") for e in EXPECTS]:
-            raise bad("test.expect", f"{test['expect']!r} is not one of " + ", ".join(f"'{e}'" for e in EXPECTS))
-        expect = f"{expect[0]} 0"
-    margin = _margin(test, expect, bad)
-    why = " ".join(spec["why"].split()) if "why" in spec else None
-    if why is not None:
-        _check_why(why, run_ids, bad)
-    return Finding(fid, spec["claim"].strip(), spec["log"].strip(), " ".join(spec["statement"].split()),
-                   run, stage, metric, expect, why, margin)
+    expect = str(given).replace(" ", "")
+    if expect not in [e.replace(" ", "") for e in EXPECTS]:
+        raise bad("test.expect", f"{given!r} is not one of " + ", ".join(f"'{e}'" for e in EXPECTS))
+    return f"{expect[0]} 0"
 
 
 def _margin(test: dict, expect: str, bad) -> Optional[float]:
@@ -221,6 +233,7 @@ def judge(expect: str, ci: tuple[float, float], margin: Optional[float] = None) 
 
 @dataclass
 class Result:
+    """A finding's number, its seeds combined, p, q and verdict."""
     verdict: str
     detail: str = ""                         # the run's state, the seed counts, what is missing
     stage: Optional[str] = None              # the stage read (final resolved)

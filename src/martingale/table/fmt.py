@@ -22,14 +22,17 @@ def ci(value: Any, digits: int = 4, signed: bool = False) -> str:
 
 
 def pval(value: Any) -> str:
+    """A p-value with two significant digits."""
     return "–" if not isinstance(value, (int, float)) or isinstance(value, bool) else f"{value:.2g}"
 
 
 def brier(metrics: dict) -> str:
+    """A stage's Brier with its CI."""
     return num(metrics.get("brier")) + ci(metrics.get("brier_ci"))
 
 
 def ms(metrics: dict) -> str:
+    """A stage's MS with its CI."""
     return num(metrics.get("ms"), 3, True) + ci(metrics.get("ms_ci"), 3, True)
 
 

@@ -3,7 +3,8 @@ landing first), the claims section (claim → supporting runs with their headlin
 Excluded section (invalid runs with their bug). Generated from the rows; never edited by hand."""
 from __future__ import annotations
 
-from .fmt import brier, cell, effect, ms
+from ..metrics import table_columns
+from .fmt import brier, cell, ci, effect, ms, num
 
 HEADER = """# Runs
 
@@ -23,21 +24,27 @@ def chronological(rows) -> list[dict]:
 
 
 def master_table(rows: list[dict]) -> list[str]:
+    """RUNS.md's master runs table: one row per valid run; a declared table metric adds a column."""
+    extra = table_columns()
     lines = ["## Master runs table", "",
              "One strict line per run, reverse-chronological. State ∈ done / running / queued / crashed.", "",
-             "| run_id | parent | Δ vs parent | model | state | stage | Brier | MS | effect vs parent | landed | verdict |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| run_id | parent | Δ vs parent | model | state | stage | Brier | MS | "
+             + "".join(f"{c.label} | " for c in extra.values()) + "effect vs parent | landed | verdict |",
+             "|---|---|---|---|---|---|---|---|" + "---|" * len(extra) + "---|---|---|"]
     for r in chronological(r for r in rows if r["state"] != "invalid"):
         m = r.get("metrics") or {}
         state = r["state"] + (f" ({r['log']})" if r.get("log") else "")
         cells = [r["run_id"], r.get("parent"), r.get("knob"), r.get("model"), state, r.get("stage"),
-                 brier(m) if m else None, ms(m) if m else None, effect(r.get("effect")),
-                 r.get("landed"), r.get("verdict")]
+                 brier(m) if m else None, ms(m) if m else None,
+                 *(num(m.get(k), c.digits, c.signed) + ci(m.get(f"{k}_ci"), c.digits, c.signed) if k in m else None
+                   for k, c in extra.items()),
+                 effect(r.get("effect")), r.get("landed"), r.get("verdict")]
         lines.append("| " + " | ".join(cell(c) for c in cells) + " |")
     return lines
 
 
 def claims_section(rows: list[dict], claims: dict[str, str]) -> list[str]:
+    """RUNS.md's claims → runs section."""
     lines = ["## Claims → supporting runs", ""]
     named = sorted(set(claims) | {c for r in rows for c in r.get("claims") or []})
     if not named:
@@ -63,6 +70,7 @@ def claims_section(rows: list[dict], claims: dict[str, str]) -> list[str]:
 
 
 def excluded_section(rows: list[dict]) -> list[str]:
+    """RUNS.md's Excluded section: each invalid run with its bug named."""
     lines = ["## Excluded (invalidated by bugs — kept for honesty, not analysis)", "",
              "| run_id | parent | Δ vs parent | landed | bug |", "|---|---|---|---|---|"]
     for r in chronological(r for r in rows if r["state"] == "invalid"):
@@ -72,5 +80,6 @@ def excluded_section(rows: list[dict]) -> list[str]:
 
 
 def render(rows: list[dict], claims: dict[str, str]) -> str:
+    """RUNS.md's text."""
     parts = [HEADER, *master_table(rows), "", *claims_section(rows, claims), *excluded_section(rows)]
     return "\n".join(parts).rstrip("\n") + "\n"

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import html
 import json
+from dataclasses import asdict
 from importlib import resources
 from typing import Any, Optional
+
+from ..metrics import table_columns
 
 
 def _embed(obj: Any) -> str:
@@ -22,5 +25,6 @@ def render(rows: list[dict], claims: dict[str, str], forest: Optional[str] = Non
               f'its seeds (dots), combined effect and 95% CI (bar), a null\'s margin (band), coloured by verdict.</p>\n'
               f'<img id="findings-forest" src="{html.escape(forest)}" alt="findings forest plot" style="max-width:100%">'
               if forest else "")
+    columns = {key: asdict(c) for key, c in table_columns().items()}
     return (template.replace("__RUNS_JSON__", _embed(rows)).replace("__CLAIMS_JSON__", _embed(claims))
-            .replace("<!--__FINDINGS__-->", figure))
+            .replace("__COLUMNS_JSON__", _embed(columns)).replace("<!--__FINDINGS__-->", figure))

@@ -23,11 +23,17 @@ from ..config.runs import RunTree
 from ..io import read_optional, read_optional_yaml
 from ..locks import lock_state
 from ..manifest import MANIFEST
+from ..metrics import table_columns
 from ..plan import config_hash, current_index
 from ..provenance import summary
 from ..store import STORE, stage_dir
 
 HEADLINE = ("n", "brier", "brier_ci", "ms", "ms_ci", "bss", "parse_rate")
+
+
+def headline_keys() -> tuple[str, ...]:
+    """The metrics a row carries: HEADLINE, then each declared table metric and its CI."""
+    return HEADLINE + tuple(k for key in table_columns() for k in (key, f"{key}_ci"))
 # The knob's paired effect against the parent (eval.json's effect.headline): the run's final stage
 # against the parent's final stage; one seed gives CI and p, several the spread and "beats parent k/n".
 EFFECT = ("stage", "parent_stage", "compares", "n_paired", "brier_delta", "brier_ci", "p_t", "p_wilcoxon", "share_child_wins",
@@ -200,7 +206,7 @@ def build_row(root: Path, tree: RunTree, index: dict, files: _Files, run_id: str
         state=state,
         log=log,
         stage=stage,
-        metrics={k: last[k] for k in HEADLINE if k in last},
+        metrics={k: last[k] for k in headline_keys() if k in last},
         effect=_effect(evals),
         provenance=_provenance(evals),
         replicates=_replicates(last),
@@ -223,6 +229,7 @@ def build_table(root: Path | str = ".", tree: RunTree | None = None) -> list[dic
 
 
 def previous_rows(path: Path) -> list[dict]:
+    """The rows of the runs.json written last (none if absent or unreadable)."""
     data = read_optional(path)
     return [r for r in data if isinstance(r, dict) and "run_id" in r] if isinstance(data, list) else []
 

@@ -8,10 +8,22 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any, Callable
 
+from ..metrics import table_columns
 
-@lru_cache(maxsize=1)
+
 def runs_schema() -> dict[str, Any]:
-    return json.loads(resources.files(__package__).joinpath("runs.schema.json").read_text(encoding="utf-8"))
+    """runs.schema.json, the JSON schema every row is checked against, with each declared table
+    metric (metrics.table_columns) and its CI among a row's ``metrics``."""
+    return _schema(tuple(table_columns()))
+
+
+@lru_cache(maxsize=4)
+def _schema(extra: tuple[str, ...]) -> dict[str, Any]:
+    schema = json.loads(resources.files(__package__).joinpath("runs.schema.json").read_text(encoding="utf-8"))
+    metrics = schema["definitions"]["run"]["properties"]["metrics"]["properties"]
+    for key in extra:
+        metrics[key] = metrics[f"{key}_ci"] = {"$ref": "#/definitions/metric"}
+    return schema
 
 
 def schema_errors(rows: Any) -> list[str]:
@@ -23,17 +35,17 @@ def schema_errors(rows: Any) -> list[str]:
             for e in sorted(validator.iter_errors(rows), key=lambda e: list(map(str, e.absolute_path)))]
 
 
-@lru_cache(maxsize=1)
-def _compiled() -> Callable[[Any], Any]:
+@lru_cache(maxsize=4)
+def _compiled(extra: tuple[str, ...]) -> Callable[[Any], Any]:
     import fastjsonschema
-    return fastjsonschema.compile(runs_schema())
+    return fastjsonschema.compile(_schema(extra))
 
 
 def check_rows(rows: Any) -> list[str]:
     """[] if the rows are valid; else every violation (the slow, complete listing)."""
     import fastjsonschema
     try:
-        _compiled()(rows)
+        _compiled(tuple(table_columns()))(rows)
         return []
     except fastjsonschema.JsonSchemaException:
         return schema_errors(rows) or ["rows rejected by the schema"]

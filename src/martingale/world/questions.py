@@ -124,44 +124,35 @@ def _parse_date(value: str) -> date:
         return datetime.fromisoformat(value).date()
 
 
-def _question(row: dict[str, Any], where: str, problems: list[str]) -> ForecastQuestion | None:
-    """The question of one parsed line, or None after adding its problems."""
-    before = len(problems)
+def _check_id(qid: Any) -> str | None:
+    """What is wrong with a line's id, or None."""
+    if isinstance(qid, bool) or not isinstance(qid, (str, int)):
+        return f"must be a string or an integer, not {_type_name(qid)}"
+    if not str(qid).strip():
+        return "empty"
+    if str(qid).endswith(NEGATION_SUFFIX):
+        return f"{_show(qid)} ends with {NEGATION_SUFFIX!r}, which marks a negation"
+    return None
 
-    def bad(name: str, what: str) -> None:
-        problems.append(f"{where}: {name}: {what}")
 
-    for name in REQUIRED:
-        if name not in row:
-            bad(name, "missing (the resolution, 0 or 1)" if name == "y" else "missing")
-    qid = row.get("id")
-    if "id" in row:
-        if isinstance(qid, bool) or not isinstance(qid, (str, int)):
-            bad("id", f"must be a string or an integer, not {_type_name(qid)}")
-        elif not str(qid).strip():
-            bad("id", "empty")
-        elif str(qid).endswith(NEGATION_SUFFIX):
-            bad("id", f"{_show(qid)} ends with {NEGATION_SUFFIX!r}, which marks a negation")
-    text = row.get("question")
-    if "question" in row:
-        if not isinstance(text, str):
-            bad("question", f"must be a string, not {_type_name(text)}")
-        elif not text.strip():
-            bad("question", "empty")
-    y = row.get("y")
-    if "y" in row:
-        if isinstance(y, bool) or not isinstance(y, (int, float)) or y not in (0, 1):
-            bad("y", f"must be 0 or 1, not {_show(y)}")
-    texts = {}
-    for name in TEXT_FIELDS:
-        value = row.get(name)
-        if value is not None and not isinstance(value, str):
-            bad(name, f"must be a string, not {_type_name(value)}")
-        texts[name] = value or ""
+def _check_question(text: Any) -> str | None:
+    """What is wrong with a line's question text, or None."""
+    if not isinstance(text, str):
+        return f"must be a string, not {_type_name(text)}"
+    return None if text.strip() else "empty"
+
+
+def _check_y(y: Any) -> str | None:
+    """What is wrong with a line's resolution, or None."""
+    bad = isinstance(y, bool) or not isinstance(y, (int, float)) or y not in (0, 1)
+    return f"must be 0 or 1, not {_show(y)}" if bad else None
+
+
+def _dates(row: dict[str, Any], bad) -> dict[str, date | None]:
+    """A line's dates (None where absent), each parsed, in order open ≤ close ≤ resolve."""
     dates: dict[str, date | None] = {}
     for name in DATE_FIELDS:
-        value = row.get(name)
-        dates[name] = None
+        value, dates[name] = row.get(name), None
         if value is None:
             continue
         if not isinstance(value, str):
@@ -175,11 +166,63 @@ def _question(row: dict[str, Any], where: str, problems: list[str]) -> ForecastQ
         for late in DATE_FIELDS[i + 1:]:
             if dates[early] and dates[late] and dates[late] < dates[early]:
                 bad(late, f"{dates[late].isoformat()} is before {early} {dates[early].isoformat()}")
+    return dates
+
+
+CHECKS = {"id": _check_id, "question": _check_question, "y": _check_y}
+
+
+def _question(row: dict[str, Any], where: str, problems: list[str]) -> ForecastQuestion | None:
+    """The question of one parsed line, or None after adding its problems."""
+    before = len(problems)
+
+    def bad(name: str, what: str) -> None:
+        problems.append(f"{where}: {name}: {what}")
+
+    for name in REQUIRED:
+        if name not in row:
+            bad(name, "missing (the resolution, 0 or 1)" if name == "y" else "missing")
+    for name, check in CHECKS.items():
+        why = check(row[name]) if name in row else None
+        if why:
+            bad(name, why)
+    texts = {}
+    for name in TEXT_FIELDS:
+        value = row.get(name)
+        if value is not None and not isinstance(value, str):
+            bad(name, f"must be a string, not {_type_name(value)}")
+        texts[name] = value or ""
+    dates = _dates(row, bad)
     if len(problems) > before:
         return None
-    return ForecastQuestion(str(qid), text, int(y), texts["background"], texts["resolution_criteria"],
-                            texts["option"], dates["open_date"], dates["close_date"], dates["resolve_date"],
-                            False, {k: v for k, v in row.items() if k not in KNOWN_FIELDS})
+    return ForecastQuestion(str(row["id"]), row["question"], int(row["y"]), texts["background"],
+                            texts["resolution_criteria"], texts["option"], dates["open_date"], dates["close_date"],
+                            dates["resolve_date"], False, {k: v for k, v in row.items() if k not in KNOWN_FIELDS})
+
+
+def _row(data: bytes, lineno: int, where: str, problems: list[str]) -> dict[str, Any] | None:
+    """One line's JSON object, or None (blank, or a problem added)."""
+    try:
+        line = data.decode("utf-8-sig" if lineno == 1 else "utf-8")
+    except UnicodeDecodeError as e:
+        problems.append(f"{where}: json: not UTF-8 text (byte {e.start + 1})")
+        return None
+    if not line.strip():
+        return None
+    try:
+        row = json.loads(line, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constant)
+    except _DuplicateKey as e:
+        problems.append(f"{where}: {e}: given twice on the line")
+        return None
+    except ValueError as e:
+        msg = e.msg if isinstance(e, json.JSONDecodeError) else str(e)
+        col = f" at column {e.colno}" if isinstance(e, json.JSONDecodeError) else ""
+        problems.append(f"{where}: json: not valid JSON ({msg}{col})")
+        return None
+    if not isinstance(row, dict):
+        problems.append(f"{where}: json: {_type_name(row)}, not an object")
+        return None
+    return row
 
 
 def load_questions(path: Path | str) -> list[ForecastQuestion]:
@@ -195,25 +238,8 @@ def load_questions(path: Path | str) -> list[ForecastQuestion]:
     first_line: dict[str, int] = {}
     for lineno, data in enumerate(raw.split(b"\n"), start=1):
         where = f"{name}:{lineno}"
-        try:
-            line = data.decode("utf-8-sig" if lineno == 1 else "utf-8")
-        except UnicodeDecodeError as e:
-            problems.append(f"{where}: json: not UTF-8 text (byte {e.start + 1})")
-            continue
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constant)
-        except _DuplicateKey as e:
-            problems.append(f"{where}: {e}: given twice on the line")
-            continue
-        except ValueError as e:
-            msg = e.msg if isinstance(e, json.JSONDecodeError) else str(e)
-            col = f" at column {e.colno}" if isinstance(e, json.JSONDecodeError) else ""
-            problems.append(f"{where}: json: not valid JSON ({msg}{col})")
-            continue
-        if not isinstance(row, dict):
-            problems.append(f"{where}: json: {_type_name(row)}, not an object")
+        row = _row(data, lineno, where, problems)
+        if row is None:
             continue
         q = _question(row, where, problems)
         qid = str(row["id"]) if isinstance(row.get("id"), (str, int)) and not isinstance(row.get("id"), bool) else None

@@ -28,6 +28,7 @@ def logit(x):
 
 @dataclass(frozen=True)
 class Question:
+    """A binary question: its clues, resolution y, and (for a real one) its text."""
     qid: str
     clues: tuple[int, ...]
     y: int                  # resolution of the question as asked (already flipped if negated)

@@ -22,10 +22,12 @@ def _sign(v: int) -> int:
 
 
 def fmt_int(v: int) -> str:
+    """A signed integer as a trace writes it."""
     return f"{v:+d}" if v else "0"
 
 
 def fmt_p(p: float) -> str:
+    """A probability as a trace writes it (two decimals)."""
     return f"{min(max(p, 0.0), 1.0):.2f}"
 
 
@@ -37,6 +39,7 @@ def prompt(q: Question) -> str:
 
 
 def units_to_p(units: int, unit: float) -> float:
+    """Log-odds units (of ``unit`` nats) as a probability."""
     return float(expit(units * unit))
 
 

@@ -107,11 +107,55 @@ def adapter_gap(policy, played, temperature: float) -> float:
     return gap
 
 
+def iteration(policy, human, world, qs: list, cfg: dict[str, Any], explore: dict[str, Any], score, it: int,
+              name: str) -> tuple[dict[str, Any], Any]:
+    """One iteration: play episodes on ``qs`` with the policy as instructor (exploring), score them,
+    one policy-gradient step, the guards (finite weights, the adapter applied); its history row."""
+    stage, seed = cfg["stage"], int(cfg["seed"])
+    temperature = float(cfg["instructor"]["temperature"])
+    floor = float(cfg["model"]["vllm"]["adapter_floor"])
+    policy.model.eval()
+    if is_chat(cfg):
+        played = play_chat(human, policy.gen, qs, cfg, explore, seed * ITERATION_SEED_STRIDE + it, name)
+    else:
+        episodes = ep_mod.setup(world, qs, cfg["simulate"], seed * ITERATION_SEED_STRIDE + it)
+        played = play(human, policy.gen, world, episodes, explore, cfg.get("prompts"),
+                      seed * ITERATION_SEED_STRIDE + it, where=name, strict=False)
+    batch = batch_inputs(played)
+    rew = np.where(played.silent, np.nan, score(**batch))   # silence scores nothing: the worst advantage
+    adv = torch.tensor(advantages(rew, np.zeros(len(rew), dtype=int), float(stage["adv_clip"])), dtype=torch.float32)
+    policy.model.train()
+    loss, kl, _ = utterance_loss(policy, played, adv, float(stage["kl_beta"]), temperature)
+    if not torch.isfinite(loss):
+        raise StageError(f"{name}: loss is {float(loss)} at iteration {it}: stopping")
+    update(policy, loss)
+    check_adapter_finite(policy, name, it, stage)
+    gap = adapter_gap(policy, played, temperature)
+    if gap <= floor:
+        raise StageError(f"{name}: after iteration {it} the adapter leaves every utterance's "
+                         f"log-prob as the start model's (max |Δ| {gap:.2e} ≤ model.vllm.adapter_floor "
+                         f"{floor}): it is not applied, the instructor would be the untrained one")
+    serve_policy(policy)
+    return history_row(it, loss, kl, rew, gap, played, batch), played
+
+
+def history_row(it: int, loss, kl, rew: np.ndarray, gap: float, played, batch: dict[str, Any]) -> dict[str, Any]:
+    """An iteration's train.jsonl row: loss, KL, mean reward, the human's MS, the adapter gap, …"""
+    ok = np.isfinite(batch["prior"]) & np.isfinite(batch["posterior"])
+    try:
+        ms = round(martingale_fit(batch["prior"][ok], batch["posterior"][ok])["ms"], 6)
+    except MetricError:
+        ms = None
+    return {"iteration": it, "loss": round(float(loss.detach()), 6), "kl": round(float(kl), 6),
+            "reward": round(float(np.nanmean(rew)), 6) if np.isfinite(rew).any() else None,
+            "human_ms": ms, "adapter_gap": round(gap, 6), "unreadable": played.unreadable,
+            "silent_episodes": int(sum(played.silent)),
+            "brier_last": round(float(np.nanmean((batch["y"] - batch["stated"]) ** 2)), 6)}
+
+
 def run(cfg: dict[str, Any], start_model: Path, human_model: Path, out_dir: Path) -> None:
     """cfg: world, model, simulate, instructor, stage, seed → out_dir/model (adapter merged),
     train.jsonl, stage.json."""
-
-
     stage, sim, train, seed = cfg["stage"], cfg["simulate"], cfg["instructor"], int(cfg["seed"])
     name = f"instructor stage ({stage['reward']} reward)"
     if sim["mode"] in NO_INSTRUCTOR:
@@ -127,8 +171,7 @@ def run(cfg: dict[str, Any], start_model: Path, human_model: Path, out_dir: Path
     train_q, _ = world.splits()
     n = int(train["train_episodes"])
     order = np.random.default_rng([seed, 37])
-    floor, temperature = float(cfg["model"]["vllm"]["adapter_floor"]), float(train["temperature"])
-    explore = {**sim, "instructor_temperature": temperature}   # the policy explores while it trains
+    explore = {**sim, "instructor_temperature": float(train["temperature"])}   # the policy explores while it trains
     human = open_model(human_model, role_model(cfg, "human") if chat else cfg["model"])
     start = open_model(start_model, role_model(cfg, "instructor") if chat else cfg["model"])   # its own copy:
     # the adapter goes on it, the human stays as it is
@@ -145,40 +188,9 @@ def run(cfg: dict[str, Any], start_model: Path, human_model: Path, out_dir: Path
         for it in range(int(train["iterations"])):
             t_it = time.perf_counter()
             qs = [train_q[i] for i in order.permutation(len(train_q))[:n]]
-            policy.model.eval()
-            if chat:
-                played = play_chat(human, policy.gen, qs, cfg, explore, seed * ITERATION_SEED_STRIDE + it, name)
-            else:
-                episodes = ep_mod.setup(world, qs, sim, seed * ITERATION_SEED_STRIDE + it)
-                played = play(human, policy.gen, world, episodes, explore, cfg.get("prompts"),
-                              seed * ITERATION_SEED_STRIDE + it, where=name, strict=False)
-            batch = batch_inputs(played)
-            rew = np.where(played.silent, np.nan, score(**batch))   # silence scores nothing: the worst advantage
-            adv = torch.tensor(advantages(rew, np.zeros(len(rew), dtype=int), float(stage["adv_clip"])),
-                               dtype=torch.float32)
-            policy.model.train()
-            loss, kl, _ = utterance_loss(policy, played, adv, float(stage["kl_beta"]), temperature)
-            if not torch.isfinite(loss):
-                raise StageError(f"{name}: loss is {float(loss)} at iteration {it}: stopping")
-            update(policy, loss)
-            check_adapter_finite(policy, name, it, stage)
-            gap = adapter_gap(policy, played, temperature)
-            if gap <= floor:
-                raise StageError(f"{name}: after iteration {it} the adapter leaves every utterance's "
-                                 f"log-prob as the start model's (max |Δ| {gap:.2e} ≤ model.vllm.adapter_floor "
-                                 f"{floor}): it is not applied, the instructor would be the untrained one")
-            serve_policy(policy)
-            ok = np.isfinite(batch["prior"]) & np.isfinite(batch["posterior"])
-            try:
-                ms = round(martingale_fit(batch["prior"][ok], batch["posterior"][ok])["ms"], 6)
-            except MetricError:
-                ms = None
-            history.append({"iteration": it, "loss": round(float(loss.detach()), 6), "kl": round(float(kl), 6),
-                            "reward": round(float(np.nanmean(rew)), 6) if np.isfinite(rew).any() else None,
-                            "human_ms": ms, "adapter_gap": round(gap, 6), "unreadable": played.unreadable,
-                            "silent_episodes": int(sum(played.silent)),
-                            "brier_last": round(float(np.nanmean((batch["y"] - batch["stated"]) ** 2)), 6)})
-            report_step(name, "iteration", it, pace, history[-1], completion_tokens(*played.turns),
+            row, played = iteration(policy, human, world, qs, cfg, explore, score, it, name)
+            history.append(row)
+            report_step(name, "iteration", it, pace, row, completion_tokens(*played.turns),
                         time.perf_counter() - t_it, live, tokens_label="utterance tok/s")
     finally:
         human.close()

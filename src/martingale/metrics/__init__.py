@@ -9,6 +9,10 @@ metric is undefined on them: too few values, NaN, probabilities outside [0, 1], 
 0/1, one class only where the metric needs both, a constant prior under a slope. ``stage_metrics``
 runs the table ``STAGE_METRICS`` over a stage's columns (unparsed values dropped) and where a
 metric is undefined writes NaN (null in JSON) under its keys and the reason under ``undefined[key]``.
+
+A new metric is one file in this package: ``@stage_metric(key, reads=..., column=Column(...))`` on its
+function registers it; it is then in every stage's eval.json and, with a ``column``, in runs.json,
+RUNS.md and runs.html (docs/extending.md).
 """
 from __future__ import annotations
 
@@ -18,9 +22,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .deattenuation import DEATT_KEYS, deattenuate
-from .lazy import module
-from .stats import MetricError, bootstrap_ci, ms_regression, ms_slope, nan_array, nan_matrix, too_few_for_ci
+from ..deattenuation import DEATT_KEYS, deattenuate
+from ..lazy import module
+from ..registry import Registry
+from ..stats import MetricError, bootstrap_ci, ms_regression, ms_slope, nan_array, nan_matrix, too_few_for_ci
 
 stats = module("scipy.stats")   # imported on first use (martingale.lazy)
 
@@ -602,6 +607,46 @@ STAGE_METRICS: tuple[Metric, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class Column:
+    """How a metric shows in the runs table (runs.json's ``metrics``, RUNS.md, runs.html): its
+    label and digits; its CI ``<key>_ci`` beside it where the stage has one."""
+    label: str
+    digits: int = 4
+    signed: bool = False
+
+
+@dataclass(frozen=True)
+class Declared:
+    """A metric declared in a file of this package: the stage-table entry and its table column."""
+    metric: Metric
+    column: Column | None = None
+
+
+DECLARED: Registry = Registry("metric")
+HELPERS = ()   # every module of this package but __init__ declares metrics
+
+
+def stage_metric(*keys: str, reads: tuple[str, ...], column: Column | None = None) -> Callable:
+    """Register the decorated function of the stage's columns (``Reads``) as the metric writing
+    ``keys`` (a value, or a dict of them), computed for every stage that has the columns it
+    ``reads``; with a ``column`` the runs table shows its first key."""
+    def register(fn: Callable[[StageColumns], Any]) -> Callable[[StageColumns], Any]:
+        DECLARED.add(keys[0], Declared(Metric(tuple(keys), fn, tuple(reads)), column))
+        return fn
+    return register
+
+
+def declared_metrics() -> dict[str, Declared]:
+    """The metrics declared in files of this package (each imported once)."""
+    return DECLARED.discover(__name__, __path__, HELPERS)
+
+
+def table_columns() -> dict[str, Column]:
+    """Key → column of every declared metric the runs table shows."""
+    return {key: d.column for key, d in declared_metrics().items() if d.column is not None}
+
+
 def _put(metric: Metric, s: StageColumns, out: dict[str, Any], undefined: dict[str, str]) -> None:
     """Store the metric's value (a dict is merged, its ``undefined`` too) or, where it is undefined,
     NaN under each of its keys ([NaN, NaN] for an interval) with the reason."""
@@ -631,7 +676,7 @@ def stage_metrics(records: list[dict[str, Any]], n_bootstrap: int = 1000, level:
     s = StageColumns.from_records(records, n_bootstrap, level, seed)
     out: dict[str, Any] = {}
     undefined: dict[str, str] = {}
-    for metric in STAGE_METRICS:
+    for metric in STAGE_METRICS + tuple(d.metric for d in declared_metrics().values()):
         if metric.applies(s):
             _put(metric, s, out, undefined)
     if records and "stated_forced" in records[0]:

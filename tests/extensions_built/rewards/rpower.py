@@ -1,0 +1,11 @@
+"""A reward with a parameter of its own: −|y − stated P|^power, ``stages.<s>.power`` declared here."""
+import numpy as np
+
+from martingale.domains import Real, setting
+from martingale.rewards import reward
+
+
+@reward("Rpower", needs=("stated", "y"), params={"power": setting(2.0, Real(1, 4), "the loss's exponent")})
+def power_loss(stated, y, *, power: float, **_):
+    """Rpower: −|y − stated P|^power."""
+    return -np.abs(y - stated) ** power
