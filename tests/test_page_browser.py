@@ -133,3 +133,18 @@ def test_screenshot_of_the_expanded_page(page, tmp_path):
     data = shot.read_bytes()
     width, height = struct.unpack(">II", data[16:24])
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and width >= 1000 and height >= 600
+
+
+def test_the_findings_forest_plot_is_shown_under_the_table(proj, browser):
+    """With a finding that has a result, `martingale table` draws findings-forest.png and the page
+    shows it, loaded (the image decoded at its size), under the runs table."""
+    (proj / "conf" / "findings.yaml").write_text(
+        'D-brier:\n  claim: C1\n  log: l\n  statement: s\n  test: {run: D, stage: s1, metric: brier, expect: "> 0"}\n',
+        encoding="utf-8")
+    finish(proj, "D", 0.18)
+    write_table(proj)
+    browser.get((proj / "runs.html").as_uri())
+    img = browser.find_element("css selector", "img#findings-forest")
+    width = browser.execute_script("return arguments[0].complete && arguments[0].naturalWidth", img)
+    assert width == struct.unpack(">I", (proj / "findings-forest.png").read_bytes()[16:20])[0] > 600
+    assert img.is_displayed() and browser.find_element("css selector", "table#runs").location["y"] < img.location["y"]
