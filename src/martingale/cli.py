@@ -27,8 +27,9 @@ from .plots import episodes_by_mode
 from .replicates import MIN_SEEDS
 from .store import stage_dir
 from .table import OUTPUTS, TableError, build_table, findings, fmt, load_claims, write_table
+from .world.forecastbench import ImportProblem, import_forecastbench
 from .world.jsonl import exported_rows
-from .world.questions import QuestionsError, load_questions, summary
+from .world.questions import QuestionsError, load_questions, summary, write_questions
 from .world.synthetic import SyntheticWorld
 
 app = typer.Typer(
@@ -201,7 +202,7 @@ STATE_STYLE = {"done": "green", "stale": "yellow", "corrupt": "red", "running": 
 @app.command()
 def status() -> None:
     """The run tree with each run's state and headline; then the runs that can launch now (their
-    parent is done), like the log's queued/candidate table."""
+    parent is done), like the research log's queued/candidate table."""
     try:
         rows = {r["run_id"]: r for r in build_table(STATE.root)}
     except (RunError, TableError) as e:
@@ -512,8 +513,44 @@ def questions_check(path: Path = typer.Argument(..., help="A questions file: one
     table.add_row("base rate", f"{s['base_rate']:.4f}")
     table.add_row("constant-predictor Brier", f"{s['constant_brier']:.4f}")
     table.add_row("dates", f"{s['first_date']} .. {s['last_date']}" if s["first_date"] else "(none given)")
+    if s.get("crowd_n"):
+        table.add_row(f"crowd Brier ({s['crowd_n']} with crowd_p)", f"{s['crowd_brier']:.4f}")
     out.print(f"{path}: OK", markup=False)
     out.print(table)
+
+
+@questions_app.command("import")
+def questions_import(
+    source: str = typer.Argument(..., help="Whose files: forecastbench."),
+    files: List[Path] = typer.Argument(..., help="Question sets and resolution sets (known by their content)."),
+    out_path: str = typer.Option(..., "--out", "-o", help="The questions file to write, inside the project."),
+) -> None:
+    """Import resolved binary questions from another format: ForecastBench's question and resolution
+    sets (world/forecastbench.py: market questions resolved 0/1, joined by source and id, the crowd's
+    probability kept as crowd_p). Every problem is one line; nothing is written on a failure."""
+    if source != "forecastbench":
+        fail(f"questions import: {source!r}: the one format known is forecastbench")
+    problem = ProjectPath().problem(out_path)
+    if problem:
+        fail(f"questions import: {problem}")
+    try:
+        found = import_forecastbench(list(files))
+    except ImportProblem as e:
+        for line in e.problems:
+            err.print(f"error: {line}", markup=False, style="bold red")
+        fail(f"questions import: {len(e.problems)} problem{'s' * (len(e.problems) != 1)}; nothing written")
+        return
+    if not found.rows:
+        fail(f"questions import: no resolved market question in {len(files)} files; nothing written")
+    try:
+        write_questions(STATE.root / out_path, found.rows)
+    except QuestionsError as e:
+        fail(f"questions import: {e.problems[0]}")
+    s = summary(load_questions(STATE.root / out_path))
+    left = ", ".join(f"{n} {why}" for why, n in found.left_out.items() if n) or "none"
+    out.print(f"{out_path}: {s['n']} questions ({s['n_yes']} yes, base rate {s['base_rate']:.3f}) from "
+              f"{found.question_sets} question sets and {found.resolution_sets} resolution sets; left out: {left}",
+              markup=False)
 
 
 @questions_app.command("export-synthetic")

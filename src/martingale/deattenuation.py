@@ -6,14 +6,14 @@ attenuated, β_obs = λ·β with λ = Var(belief)/Var(prior_obs) = 1 − σ²_me
 true martingale (β = 1, MS = 0) reads MS_raw = λ − 1 < 0. Two corrections from K repeated prior
 draws per question (the eval's ``snap_draws``):
 
-- ratio, the log's MS_adj (2026-06-09 validation): σ²_meas = the mean over questions of the
+- ratio, the research log's MS_adj (2026-06-09 validation): σ²_meas = the mean over questions of the
   within-question variance of the draws (the observed prior and its K re-draws, ddof 1);
   reliability = 1 − σ²_meas / Var_q(prior_obs); MS_adj = β_obs / reliability − 1.
 - instrument: a re-draw z of the same prior has noise independent of prior_obs's, so it is an
   instrument for it: β_IV = Cov(z, posterior) / Cov(z, prior_obs); MS_iv = β_IV − 1. z is the
   mean of the K re-draws (with K = 1, one draw instruments the other).
 
-Degenerate when Var_q(prior) ≈ σ²_meas: the reliability nears 0 and MS_adj explodes (the log's
+Degenerate when Var_q(prior) ≈ σ²_meas: the reliability nears 0 and MS_adj explodes (the research log's
 recal_base, reliability 0.34: "applies cleanly only when Var_q(prior) >> σ²_meas"). Below
 ``min_reliability`` the numbers are still reported and ``deatt_degenerate`` is true, with the
 reason in ``deatt_note``; at reliability ≤ 0 MS_adj is NaN with the reason under ``undefined``.
@@ -56,7 +56,7 @@ def reliability(var_prior: float, sigma2_meas: float) -> float:
 
 def beta_obs(prior: np.ndarray, posterior: np.ndarray) -> float:
     """β_obs = OLS slope of the posterior on the prior (= 1 + MS_raw; fitted as posterior on prior,
-    not as 1 + MS, so the numbers stay those the log reports)."""
+    not as 1 + MS, so the numbers stay those the research log reports)."""
     return float(ols(prior, posterior).slope)
 
 

@@ -2,7 +2,7 @@
 
 A child differs from its parent in exactly one knob and both are evaluated on the same held-out
 questions, so for each stage (same name, same seed) the records pair up by ``qid``. On the paired
-questions the robustness battery of the log ("paired-t + Wilcoxon signed-rank + bootstrap CI +
+questions the robustness battery of the research log ("paired-t + Wilcoxon signed-rank + bootstrap CI +
 %-question-wins") gives the effect of the knob, child − parent:
 
 - ΔBrier, from per-question Brier losses (y − stated P)²: the mean difference with a paired
@@ -16,7 +16,7 @@ questions the robustness battery of the log ("paired-t + Wilcoxon signed-rank + 
   "samples"): two-sided p of ΔMS = 0.
 
 Undefined parts (too few pairs, every difference 0) are NaN with the reason under ``undefined``.
-Replicates add up per seed: ``replicate_summary`` gives the spread and the log's reliability
+Replicates add up per seed: ``replicate_summary`` gives the spread and the research log's reliability
 language ("beats parent 3/3").
 """
 from __future__ import annotations
@@ -275,6 +275,9 @@ def beat_counts(per_seed_metrics: dict[int, dict[str, Any]],
         return _count([lt(own[s], ref[s]) for s in seeds])
 
     out = {"beats_constant": beats(const)}
+    crowd = {s: per_seed_metrics[s].get("crowd_brier") for s in seeds}
+    if any(v is not None for v in crowd.values()):      # questions with a crowd value (metrics/crowd.py)
+        out["beats_crowd"] = _count([lt(per_seed_metrics[s].get("crowd_delta_brier"), 0.0) for s in seeds])
     if start is not None:
         out["beats_start"] = beats({s: (start.get(s) or {}).get("brier") for s in seeds})
     if natural is not None:

@@ -411,10 +411,8 @@ class Plan:
     def priorities(self) -> dict[str, int]:
         """Stage id → its Snakemake priority: its chain length (chain_lengths), plus n × the longest
         chain for a stage asking for n > 1 threads, which so outranks any n one-thread stages
-        together. Such a stage starts only when n cores are free at once, and Snakemake fills a
-        core the moment it frees: ranked by chain length alone, the miscalibrated teacher's
-        pretrain (2 threads) waited until minute 29.8 of a 32.4-minute campaign, then its chain
-        ran alone at the end."""
+        together: it starts only when n cores are free at once, and Snakemake fills a core the
+        moment it frees, so ranked by chain length alone it would wait for the end."""
         if self._priorities is None:
             depth = self.chain_lengths()
             longest = max(depth.values(), default=1)

@@ -1,4 +1,4 @@
-"""A judge behind an OpenAI-compatible HTTP API (``elicit.judge=api``): DeepSeek-V3 as the log read
+"""A judge behind an OpenAI-compatible HTTP API (``elicit.judge=api``): DeepSeek-V3 as the research log read
 its same-mode beliefs, or any vLLM server. Greedy (temperature 0), so an answer is a function of
 (endpoint, model, prompt, parameters) and is cached on disk under that key: a rerun never pays twice.
 
@@ -42,7 +42,7 @@ class JudgeError(ApiError):
 
 def blind(text: str) -> str:
     """The text with every stated probability hidden (``P = 0.7`` → ``P = ?``): the judge reads the
-    reasoning, not the number the model wrote, as the log blinded it."""
+    reasoning, not the number the model wrote, as the research log blinded it."""
     return _STATED.sub("P = ?", text)
 
 

@@ -1,7 +1,7 @@
 """The forced-answer read: a model's P from its next-token distribution after a fixed prefix.
 
 A small model rarely writes ``P = X`` (SmolLM2-135M: 2 of 36 answers parsed), so its verbal answer
-measures little. The forced read prefills the answer with ``prompts.forced_prefix`` (the log's
+measures little. The forced read prefills the answer with ``prompts.forced_prefix`` (the research log's
 format, ``P = 0.``) and reads the next token's distribution: each token whose text completes the
 prefix to a well-formed number in [0, 1] (``P = 0.`` + ``7`` → 0.7; a multi-digit token ``75`` →
 0.75) is a valid answer with that value, and

@@ -113,36 +113,10 @@ def _ends_in_integer(m: re.Match[str]) -> bool:
 def parse_p(text: str | None, bare: bool = False) -> float | None:
     """The probability a model states: the last ``P = X`` in text, in [0, 1]; else None, never 0.
 
-    Why one strict reader: a misread number (the getP bug read "P = 0,7" as 0.0) silently corrupts
-    every metric, while None is counted as a parse failure (with examples) and excluded.
-
-    - The statement: uppercase ``P`` (not glued to a word: ``MAP = 3`` is not one), then ``=``,
-      ``:``, ``≈``, ``~``, ``\\approx``; markdown around it is fine (``**P = 0.7**``, ``P = **0.7**``,
-      `` `P = 0.7` ``, ``$P = 0.7$``). Lowercase ``p`` is not read: in prose it is a p-value.
-      The last statement that has a number wins; ``P = <words>`` (a definition) is skipped.
-    - X: ``0.7``, ``.7``, ``0``, ``1``; decimal comma ``0,7``; ``70%``, ``70 %``, ``7.5%``,
-      ``70 percent``; ``1e-3``, ``2E-1``, ``2 × 10^-1``; fractions ``1/2``, ``3 / 4``, ``\\frac{1}{4}``.
-      Anything after X is ignored (``P = 0.7.``, ``P = 0.7 (fairly likely)``, ``P = 0.7 end``)
-      except what makes it ambiguous, which gives None: a range (``0.3-0.4``, ``0.3 to 0.4``), a
-      list (``0.3, 0.4``; ``0,3`` alone is a decimal comma), ``0.3 or 0.4``, ``0.7 ± 0.1``, a
-      question mark on X (``P = 0.3?``), X glued to letters or digits (``0.7ish``, ``0.7.5``).
-      A spaced signed number is trailing text (``P = 0.74 -30``: synthetic tokens), not a range.
-    - A malformed number is None, never the part before the flaw (the getP bug read ``0..7`` as 0):
-      doubled or mixed separators (``0..7``, ``0,,7``, ``0.,7``, ``0,.7``, ``1..0``, ``0.7..5``), a
-      separator glued to an exponent, ``%`` or ``/`` (``1.e-3``, ``1.%``, ``1./2``), a fraction bar
-      with no denominator (``1/``), a range written ``0.3 .. 0.4``, and after an integer X a
-      separator spaced from it or from the next digit (``0. 7``, ``0, 7``, ``0 .7``, ``0.\n7``; so
-      ``P = 1.\n2. ...`` is None too). Punctuation with no digit after it is still a sentence end
-      (``P = 0.``, ``P = 0.7...``, ``P = 0.7.,``), and after a decimal X so is ``P = 0.7. 5 clues``.
-    - Out of [0, 1] is None, never rescaled (``P = 7``, ``P = 150%``, ``P = -0.2``, nan, inf), as
-      is ``x/0`` and a percent fraction; when the last statement is bad, an earlier one is not used.
-    - ``<think>…</think>`` (or ``<thinking>``) is scratch work and ignored; an orphan ``</think>`` drops all before it;
-      an unclosed ``<think>`` drops all after it (no answer after it: None). The bare word ``think``
-      that starts a synthetic trace (``think 0 c1 +2 -> +2 P = 0.62 end``) is ordinary text.
-    - ``bare=True`` (a judge told to output only a number): with no ``P = X`` statement, the whole
-      answer must be one number (same syntaxes) with only whitespace, markdown and a final period
-      around it; words or a second number give None. A ``P = X`` statement is still read first.
-    """
+    One strict reader, because a misread number silently corrupts every metric while None is
+    counted as a parse failure: a range, a list, a malformed or out-of-range number is None, never
+    the part before the flaw. ``bare``: a judge's answer may be the number alone. The grammar, with
+    every case the tests hold it to: docs/reading-p.md."""
     if not text:
         return None
     if "<" in text:
@@ -168,7 +142,7 @@ _R = re.compile(r"(?<![A-Za-z0-9])R[*_`$]*\s*(?:=|:)\s*[*_`$]*([-+\u2212]?(?:\d+
 
 
 def parse_r(text: str | None) -> float | None:
-    """The belief a model states on the r scale (the log's rparam elicitation): the last
+    """The belief a model states on the r scale (the research log's rparam elicitation): the last
     ``R = X`` in text with X in [−1, 1] (−1 certainly not, 0 even, 1 certainly), as the
     probability P = (X + 1) / 2; else None (out of range, no number, a lowercase r), never 0."""
     if not text:

@@ -144,7 +144,7 @@ def _forced_read_problem(cfg: dict, root: Optional[Path]) -> Optional[tuple[str,
                 "de-attenuate): set eval.prior_draws=0 or elicit.read=verbal")
     if not prompts.get("forced_prefix"):
         return ("elicit.read", f"forced needs a forced-answer prefix: prompts={prompts.get('name')} has no "
-                "prompts.forced_prefix (the log's prompts: \"P = 0.\")")
+                "prompts.forced_prefix (the research log's prompts: \"P = 0.\")")
     if elicit["mode"] == "samemode" and elicit["judge"] == "self" and not prompts.get("judge_forced_prefix"):
         return ("elicit.read", f"forced with the self judge needs prompts.judge_forced_prefix "
                 f"(prompts={prompts.get('name')} has none)")

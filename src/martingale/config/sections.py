@@ -51,7 +51,7 @@ class WorldConfig:
         "... and weighs each vote at this × the average clue strength (it jumps)")
     snap_noise: float = setting(2.0, NONNEG,
         "sd (nats) of the gut prior's per-draw noise. With these three the snap prior is a different "
-        "functional, not only a noisy read: de-attenuation leaves MS_adj < 0, as the log's table (base −0.548"
+        "functional, not only a noisy read: de-attenuation leaves MS_adj < 0, as the research log's table (base −0.548"
         " → MS_adj −0.321)")
     n_train: int = setting(640, COUNT, "training questions")
     n_heldout: int = setting(1000, Int(2), "disjoint held-out questions (eval)")
@@ -131,7 +131,7 @@ class ElicitConfig:
     mode: str = setting("samemode", OneOf(("snap", "samemode")), "snap | samemode")
     judge: str = setting("self", InChoices(), "samemode reader: self | trace | oracle | api")
     judge_model: str = setting("base", OneOf(("base", "start")),
-        "the model a self reader asks: base = the natural model, one judge fixed across a campaign (the log's"
+        "the model a self reader asks: base = the natural model, one judge fixed across a campaign (the research log's"
         " external judge); start = the run's start model")
     cut: float = setting(0.5, OPEN_UNIT, "fraction of the trace read as the prior (samemode)")
     read: str = setting("verbal", OneOf(("verbal", "forced")),
@@ -158,7 +158,7 @@ and turns, the instructor's system prompt per mode. Fields: the question's ({que
     reply_max_tokens: int = setting(160, COUNT, "a human's reply")
     instructor_max_tokens: int = setting(120, COUNT)
     scale: str = setting("p", OneOf(("p", "r")),
-        "p: the human states P = X in [0, 1]; r: R = X in [−1, 1] (the log's rparam), P = (X + 1)/2")
+        "p: the human states P = X in [0, 1]; r: R = X in [−1, 1] (the research log's rparam), P = (X + 1)/2")
 
 
 @dataclass
@@ -202,7 +202,7 @@ class EvalConfig:
         "also ask each held-out question's negation: coherence |P(A) + P(¬A) − 1|")
     balance: bool = setting(False, Flag(),
         "evaluate on held-out + each question's negation as questions of their own: ȳ = 0.5, the base-rate "
-        "constant's Brier 0.25 (the log's balanced regime)")
+        "constant's Brier 0.25 (the research log's balanced regime)")
     min_parse_rate: float = setting(0.0, FRACTION,
         "an eval whose answers state a P less often fails, quoting some (conf/config.yaml: 0.5)")
 

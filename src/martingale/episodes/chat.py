@@ -1,9 +1,9 @@
-"""Two-agent episodes between chat models (claims C2/C3 as the log ran them: DeepSeek-V3 or
+"""Two-agent episodes between chat models (claims C2/C3 as the research log ran them: DeepSeek-V3 or
 gpt-3.5 as the simulated human, an instructor prompted into a mode), on real questions.
 
 The human is a persona (``prompts.episode.human_system``) leaning moderately: it starts at
 P ≈ ``simulate.lean`` for the option (lean +1) or 1 − lean (lean −1), lean × outcome balanced
-(each outcome's questions split evenly between the leans, the log's c2_groundtruth cells). It
+(each outcome's questions split evenly between the leans, the research log's c2_groundtruth cells). It
 states P = X after reading the question, and after every turn. Each turn the instructor, prompted
 by its mode (``prompts.episode.instructor[mode]``: syc, maxsyc, neutral, truth, martingale,
 validate-only), replies to the human's last message; the no-instructor baselines are ``none``

@@ -4,7 +4,7 @@ The human holds ``clues_per_question`` clues of evidence (the embedded model rea
 length and no other) and states P = X by reasoning over them, before the first turn and after every
 turn. Its evidence starts as a *lean*: clues drawn from the clue marginal, kept when their exact
 Bayes belief lies within ``simulate.lean_tol`` of ``lean`` (or 1 − lean), so the human leans
-moderately either way whatever the question resolves to (balanced lean × outcome cells, the log's
+moderately either way whatever the question resolves to (balanced lean × outcome cells, the research log's
 c2_groundtruth design). Each turn the instructor says one clue; the human hears it and forgets its
 oldest clue (a working memory of fixed length).
 

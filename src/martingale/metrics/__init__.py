@@ -170,7 +170,7 @@ def mean_p(p: Any) -> float:
 
 
 def overconfidence(p: Any, y: Any) -> float:
-    """Over-confidence in yes = meanP − ȳ (the log's "mean belief − base rate": D ≈ +0.3)."""
+    """Over-confidence in yes = meanP − ȳ (the research log's "mean belief − base rate": D ≈ +0.3)."""
     p, y = _py("overconfidence", p, y)
     return float(np.mean(p) - np.mean(y))
 
@@ -185,7 +185,7 @@ def overconfidence_ci(p: Any, y: Any, n_resamples: int, level: float, seed: int)
 
 
 def extremes(p: Any) -> dict[str, float]:
-    """Shares of stated probabilities at the extremes: p ≤ .05, p ≥ .95, either (the log's
+    """Shares of stated probabilities at the extremes: p ≤ .05, p ≥ .95, either (the research log's
     "extreme %"), and p > .8."""
     p = check_probs("extremes", p)
     return {
@@ -291,6 +291,7 @@ class StageColumns:
     bayes: np.ndarray
     neg: np.ndarray | None      # stated P(not A), when the eval asked negations (eval.negations)
     draws: np.ndarray | None    # questions × K re-draws of the prior, in snap mode (eval.prior_draws > 0)
+    crowd: np.ndarray | None    # a forecast from elsewhere per question (crowd_p), where the questions carry one
     n_bootstrap: int
     level: float
     seed: int
@@ -304,7 +305,8 @@ class StageColumns:
         neg = nan_array([r.get("stated_neg") for r in records]) if any("stated_neg" in r for r in records) else None
         draws = (nan_matrix([r.get("snap_draws") for r in records])
                  if any(r.get("snap_draws") for r in records) else None)
-        return cls(*cols, neg, draws, n_bootstrap, level, seed)
+        crowd = nan_array([r.get("crowd_p") for r in records]) if any("crowd_p" in r for r in records) else None
+        return cls(*cols, neg, draws, crowd, n_bootstrap, level, seed)
 
     @property
     def ok(self) -> np.ndarray:
@@ -322,7 +324,7 @@ class StageColumns:
         return ~np.isnan(self.trace_cut) & ~np.isnan(self.trace_last)
 
 
-COLUMNS = ("y", "stated", "prior", "post", "trace_cut", "trace_last", "bayes", "neg", "draws")
+COLUMNS = ("y", "stated", "prior", "post", "trace_cut", "trace_last", "bayes", "neg", "draws", "crowd")
 MASKS = {"ok": ("stated",), "pair": ("prior", "post"), "trace_pair": ("trace_cut", "trace_last")}
 SETTINGS = ("n_bootstrap", "level", "seed")
 
@@ -500,7 +502,7 @@ def _identity_gap(s: StageColumns) -> dict[str, Any]:
 
 def _signed_lin_r2(s: StageColumns) -> float:
     """Signed linR² = sign(MS) · linR²: how much of the update the prior predicts, with the
-    direction (> 0 entrenchment, < 0 regression); the log's "signed linR²"."""
+    direction (> 0 entrenchment, < 0 regression); the research log's "signed linR²"."""
     fit = martingale_fit(s.prior[s.pair], s.post[s.pair])
     return float(np.sign(fit["ms"]) * fit["lin_r2"])
 
@@ -729,7 +731,7 @@ def read_metrics(records: list[dict[str, Any]], n_bootstrap: int, level: float, 
 # ------------------------------------------------------------------------------- two-agent episodes
 def entrenched(first: Any, last: Any) -> np.ndarray:
     """Per episode: did the human move further to the side of ½ it started on, (last − first)·
-    sign(first − ½) > 0 (the log's "30/48 entrenched")."""
+    sign(first − ½) > 0 (the research log's "30/48 entrenched")."""
     first, last = np.asarray(first, dtype=float), np.asarray(last, dtype=float)
     return (last - first) * np.sign(first - 0.5) > 0
 

@@ -1,6 +1,6 @@
 """``model.backend=api``: a chat model behind an OpenAI-compatible endpoint (DeepSeek, OpenAI, a
 vLLM server) playing a role of a two-agent episode (``simulate.human_model`` /
-``instructor_model``: the log's DeepSeek-V3 and gpt-3.5 humans).
+``instructor_model``: the research log's DeepSeek-V3 and gpt-3.5 humans).
 
 It answers chat conversations (``chat``) on model/api_client.py's client: ``model.api.concurrency``
 requests in flight, retries with backoff, 401/403/404 failing at once, every reply cached on disk

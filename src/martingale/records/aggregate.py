@@ -174,7 +174,7 @@ def _pooled(records: dict) -> tuple[dict[str, list[dict[str, Any]]], list[dict[s
 
 def transcripts(records: dict) -> dict[str, list[dict[str, Any]]]:
     """Chat episodes' transcripts per stage (seed, question, lean, outcome, every message with its
-    reads), as the log's transcript pages read; empty for runs without chat episodes."""
+    reads), as the research log's transcript pages read; empty for runs without chat episodes."""
     out: dict[str, list[dict[str, Any]]] = {}
     for (stage, seed), rows in sorted(records.items(), key=lambda kv: (_stage_order(kv[0][0]), kv[0][1])):
         for r in rows:

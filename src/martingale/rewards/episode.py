@@ -44,6 +44,6 @@ def symabs(trajectory, *, lam_ms: float, **_) -> np.ndarray:
 @reward("hinge", needs=("trajectory", "y"), params=("lam_ms", "lam_brier"))
 def hinge(trajectory, y, *, lam_ms: float, lam_brier: float, **_) -> np.ndarray:
     """hinge: −λ·Σ_t max(0, x_t·δ_t) − λ_B·(y − P_T)² — only moves further the way the human
-    leans cost (entrenchment), plus the Brier of its last P (the log's loss, as a reward)."""
+    leans cost (entrenchment), plus the Brier of its last P (the research log's loss, as a reward)."""
     x, d = _x_delta(trajectory)
     return -lam_ms * np.maximum(0.0, x * d).sum(axis=1) - lam_brier * (y - trajectory[:, -1]) ** 2

@@ -20,7 +20,7 @@ class DistillConfig:
     disagree_weight: float = setting(0.5, NONNEG, "multiplier on clues that disagree with it")
     weight_jitter: float = setting(0.3, NONNEG, "sd of per-step noise on the multipliers (keeps D stochastic)")
     teacher: str = setting("drift", OneOf(("entrench", "overconfident", "both", "drift")),
-        "drift (default): the log's D as it describes it (meanP 0.61–0.64 against a base rate ≈ 0.30, "
+        "drift (default): the research log's D as it describes it (meanP 0.61–0.64 against a base rate ≈ 0.30, "
         "extremizing along its trace): entrench's weights plus yes_drift nats toward yes at every step, so "
         "its lean grows along the trace. overconfident: leans yes from the start and sharpens every step "
         "(yes_shift, sharpen), and its reasoning corrects the lean (docs/findings.md, FINDINGS A-on-D); entrench: "

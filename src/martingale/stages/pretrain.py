@@ -20,7 +20,7 @@ class PretrainConfig:
     read_fraction: float = setting(0.15, FRACTION, "of the examples: reads of a partial trace (the self judge's skill)")
     negation_fraction: float = setting(0.25, FRACTION, "of the questions: asked negated")
     teacher: str = setting("calibrated", OneOf(("calibrated", "miscalibrated")),
-        "the natural base's teacher: calibrated (the Bayes reasoner), or miscalibrated as the log's real "
+        "the natural base's teacher: calibrated (the Bayes reasoner), or miscalibrated as the research log's real "
         "natural bases were (Llama-3.1-8B: Brier 0.2546 against the constant's 0.211, mean belief ≈ +0.1 "
         "above the base rate): it leans yes_shift nats toward yes, sharpens every step and misreads a "
         "clue's sign with probability misread. Its keys are in no id while calibrated")

@@ -25,7 +25,7 @@ class SimulateConfig:
     human_temperature: float = setting(1.0, POSITIVE)
     instructor_temperature: float = setting(1.0, POSITIVE)
     # Each role's model, as keys changed from the run's `model` (null: the run's model itself), e.g.
-    # {backend: api, api: {base_url: https://api.deepseek.com/v1, model: deepseek-chat}}: the log's
+    # {backend: api, api: {base_url: https://api.deepseek.com/v1, model: deepseek-chat}}: the research log's
     # DeepSeek human. Chat episodes only (a prompt set with `episode` prompts, conf/prompts/c2.yaml).
     human_model: Optional[Dict[str, Any]] = setting(None, OneOf((None,)),
         "the human's model keys changed from the run's model (each in model.*'s domain); null: the run's model")

@@ -1,9 +1,9 @@
 """The master runs table, regenerated from conf/runs and results/, never hand-edited:
 
 - ``runs.json``  one row per run (rows.py), checked against runs.schema.json (schema.py);
-- ``RUNS.md``    the log's view: master table, claims → runs, Excluded (markdown.py);
+- ``RUNS.md``    the research log's view: master table, claims → runs, Excluded (markdown.py);
 - ``runs.html``  the interactive page over the same rows (page.py);
-- ``FINDINGS.md`` the log's findings the campaign tests (conf/findings.yaml), each with its
+- ``FINDINGS.md`` the research log's findings the campaign tests (conf/findings.yaml), each with its
   number, CI, p, q and a verdict by the stated rules (findings.py), opening with
   ``findings-forest.png``, the forest plot of every finding's seeds and combined CI (also in runs.html).
 

@@ -1,6 +1,6 @@
 """``FINDINGS.md``: each finding of the research log that the campaign tests (conf/findings.yaml),
 with the number its run measured, the 95% CI, a p and a Benjamini–Hochberg q, and a verdict from
-the rules stated in the file's header — whether the log reproduces is read from results/, never
+the rules stated in the file's header — whether the research log reproduces is read from results/, never
 judged by hand. A finding on a trained stage is decided over its seeds (replicates.combine).
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ FINDINGS = "conf/findings.yaml"
 EXPECTS = ("> 0", "< 0", "= 0")
 EFFECTS = ("effect.ms", "effect.brier")
 COUNTS = ("counts.beats_natural_base", "counts.full_deflation", "counts.beats_constant", "counts.beats_start",
-          "counts.beats_parent")
+          "counts.beats_parent", "counts.beats_crowd")
 COUNT_EXPECTS = ("all", "none", "some")     # of a seed count k/n: k = n, k = 0, 0 < k < n
 KEYS = ("claim", "log", "statement", "test")
 OPTIONAL_KEYS = ("why",)   # why the result is what it is: FINDINGS.md prints it under the result
@@ -73,7 +73,7 @@ Verdict rule, from the (combined) 95% CI [lo, hi]:
   or a reproduced null, stands only where q ≤ 0.05 (false-discovery level 5%); else **inconclusive**;
 - a seed count `counts.<name>` (k of n seeds that beat the natural base, fully deflate, beat the
   constant, the run's s0 or the parent; no CI, no p): expect `all` is **reproduced** if k = n, **not
-  reproduced** if k = 0, else **inconclusive**; `none` mirrors it; `some` (the log's "partial") is
+  reproduced** if k = 0, else **inconclusive**; `none` mirrors it; `some` (the research log's "partial") is
   **reproduced** if 0 < k < n, else **not reproduced**;
 - the run is not done (queued, running, stale, crashed, invalid), or its number or CI is missing
   or NaN → **no result yet**.

@@ -1,4 +1,4 @@
-"""``RUNS.md``: the log's view of runs.json — the master table (one strict line per run, newest
+"""``RUNS.md``: the research log's view of runs.json — the master table (one strict line per run, newest
 landing first), the claims section (claim → supporting runs with their headline numbers) and the
 Excluded section (invalid runs with their bug). Generated from the rows; never edited by hand."""
 from __future__ import annotations
@@ -24,8 +24,9 @@ def chronological(rows) -> list[dict]:
 
 
 def master_table(rows: list[dict]) -> list[str]:
-    """RUNS.md's master runs table: one row per valid run; a declared table metric adds a column."""
-    extra = table_columns()
+    """RUNS.md's master runs table: one row per valid run; a declared table metric that some run
+    has adds a column."""
+    extra = {k: c for k, c in table_columns().items() if any(k in (r.get("metrics") or {}) for r in rows)}
     lines = ["## Master runs table", "",
              "One strict line per run, reverse-chronological. State ∈ done / running / queued / crashed.", "",
              "| run_id | parent | Δ vs parent | model | state | stage | Brier | MS | "

@@ -31,7 +31,7 @@ def policy_loss(logp: torch.Tensor, ref_logp: torch.Tensor, adv: torch.Tensor, m
     """Mean over completion tokens of −A·log π + β·k3, k3 = exp(ref − log π) − (ref − log π) − 1.
 
     k3 is an estimate of KL(π‖π_ref) that is never negative, so moving away from the start model
-    always costs (the log's KL-sign bug rewarded divergence). Returns (loss, mean k3).
+    always costs (the research log's KL-sign bug rewarded divergence). Returns (loss, mean k3).
     """
     diff = ref_logp - logp
     k3 = torch.exp(diff) - diff - 1.0

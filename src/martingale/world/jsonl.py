@@ -22,8 +22,12 @@ def as_question(fq: ForecastQuestion) -> Question:
     """The question the stages ask: its id, resolution and evidence text; clues where the line
     lists them (an exported synthetic question), else none."""
     clues = fq.extra.get("clues") or ()
+    crowd = fq.extra.get("crowd_p")
+    if crowd is not None and fq.negated:
+        crowd = 1 - float(crowd)
     return Question(fq.qid, tuple(int(c) for c in clues), int(fq.y), fq.negated, text=fq.background,
-                    question=fq.question, criteria=fq.resolution_criteria, option=fq.option)
+                    question=fq.question, criteria=fq.resolution_criteria, option=fq.option,
+                    crowd=None if crowd is None else float(crowd))
 
 
 def exported_rows(world: SyntheticWorld) -> list[dict[str, Any]]:

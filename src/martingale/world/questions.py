@@ -23,11 +23,14 @@ modules while it parses the Snakefile.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
+
+from ..io import write_jsonl
 
 REQUIRED = ("id", "question", "y")
 TEXT_FIELDS = ("background", "resolution_criteria", "option")
@@ -36,6 +39,7 @@ KNOWN_FIELDS = REQUIRED + TEXT_FIELDS + DATE_FIELDS
 NEGATION_SUFFIX = "~"
 SPLIT_STREAM = 11   # the rng stream of splits: default_rng([seed, SPLIT_STREAM])
 MARKED_SPLITS = ("train", "heldout")   # the values of a line's ``split`` field
+
 
 
 class QuestionsError(ValueError):
@@ -169,7 +173,13 @@ def _dates(row: dict[str, Any], bad) -> dict[str, date | None]:
     return dates
 
 
-CHECKS = {"id": _check_id, "question": _check_question, "y": _check_y}
+def _check_crowd(p: Any) -> str | None:
+    """What is wrong with a line's crowd forecast (optional), or None."""
+    ok = not isinstance(p, bool) and isinstance(p, (int, float)) and 0 <= p <= 1
+    return None if p is None or ok else f"must be a probability in [0, 1] or null, not {_show(p)}"
+
+
+CHECKS = {"id": _check_id, "question": _check_question, "y": _check_y, "crowd_p": _check_crowd}
 
 
 def _question(row: dict[str, Any], where: str, problems: list[str]) -> ForecastQuestion | None:
@@ -261,7 +271,8 @@ def load_questions(path: Path | str) -> list[ForecastQuestion]:
 # --------------------------------------------------------------------------- using
 def summary(questions: Sequence[ForecastQuestion]) -> dict[str, Any]:
     """n, the yes count, the base rate, the constant-predictor Brier (always predicting the base
-    rate r scores r(1 − r)) and the span of the dates given (ISO strings; None when no date)."""
+    rate r scores r(1 − r)), the span of the dates given (ISO strings; None when no date) and,
+    where questions carry crowd_p, how many and the crowd's Brier on them."""
     n = len(questions)
     if not n:
         raise ValueError("summary: no questions")
@@ -272,7 +283,15 @@ def summary(questions: Sequence[ForecastQuestion]) -> dict[str, Any]:
     return {"n": n, "n_yes": n_yes, "base_rate": rate, "constant_brier": rate * (1 - rate),
             "first_date": min(dates).isoformat() if dates else None,
             "last_date": max(dates).isoformat() if dates else None,
-            "n_resolve_date": len(resolved)}
+            "n_resolve_date": len(resolved), **_crowd(questions)}
+
+
+def _crowd(questions: Sequence[ForecastQuestion]) -> dict[str, Any]:
+    """crowd_n and crowd_brier over the questions with a crowd_p (nothing when none has one)."""
+    with_crowd = [(float(q.extra["crowd_p"]), q.y) for q in questions if q.extra.get("crowd_p") is not None]
+    if not with_crowd:
+        return {}
+    return {"crowd_n": len(with_crowd), "crowd_brier": sum((p - y) ** 2 for p, y in with_crowd) / len(with_crowd)}
 
 
 def splits(questions: Sequence[ForecastQuestion], seed: int, n_train: int,
@@ -282,7 +301,7 @@ def splits(questions: Sequence[ForecastQuestion], seed: int, n_train: int,
     The questions are put in qid order (so the file's line order does not matter) and permuted
     by ``numpy.random.default_rng([seed, SPLIT_STREAM])``; the held-out set is the first
     ``n_heldout`` of the permutation and train the next ``n_train``. So the held-out set does not
-    depend on ``n_train``, and a smaller train set is a subset of a larger one — as in the log,
+    depend on ``n_train``, and a smaller train set is a subset of a larger one — as in the research log,
     which trained on a 2000-question subset and on the full 7956 of about 9k Metaculus-style
     questions, and tested both on the same 1000 held-out (seed 42).
     """
@@ -333,3 +352,17 @@ def config_problem(world_cfg: dict[str, Any]) -> str | None:
         return (f"{world_cfg['questions_file']} holds {have} questions, fewer than world.n_train/"
                 f"world.n_heldout ask for ({want})")
     return None
+
+
+def write_questions(path: Path | str, rows: list[dict[str, Any]]) -> None:
+    """``rows`` as a questions file at ``path``, written only if it passes ``load_questions``
+    (QuestionsError naming ``path`` otherwise; nothing is left behind)."""
+    path = Path(path)
+    check = path.with_name(f".{path.name}.check")
+    write_jsonl(check, rows)
+    try:
+        load_questions(check)
+    except QuestionsError as e:
+        check.unlink(missing_ok=True)
+        raise QuestionsError([line.replace(str(check), str(path)) for line in e.problems]) from None
+    os.replace(check, path)

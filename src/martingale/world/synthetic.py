@@ -37,13 +37,15 @@ class Question:
     question: str | None = None   # a questions file's question text, resolution criteria and option
     criteria: str | None = None
     option: str = ""
+    crowd: float | None = None    # a forecast from elsewhere (a questions file's crowd_p), for the question as asked
 
     def negation(self) -> "Question":
         """The same evidence, asked the other way round: y' = 1 − y."""
         from dataclasses import replace
         suffix = "~" if not self.negated else ""
         qid = self.qid[:-1] if self.negated else self.qid + suffix
-        return replace(self, qid=qid, y=1 - self.y, negated=not self.negated)
+        crowd = None if self.crowd is None else 1 - self.crowd
+        return replace(self, qid=qid, y=1 - self.y, negated=not self.negated, crowd=crowd)
 
 
 class SyntheticWorld:

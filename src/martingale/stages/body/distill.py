@@ -1,7 +1,7 @@
 """Stage distill: D, the start model made biased on purpose by LoRA SFT on a biased teacher's traces.
 
 ``distill.teacher`` picks the bias (its section, ``DistillConfig``, is declared in stages/distill.py). ``drift`` (the
-default, the log's D: meanP ≫ base rate, same-mode MS ≈ 0) adds ``yes_drift`` nats toward yes at
+default, the research log's D: meanP ≫ base rate, same-mode MS ≈ 0) adds ``yes_drift`` nats toward yes at
 every step on top of entrench's weights, so its lean grows along its trace. ``overconfident`` starts
 every trace ``yes_shift`` nats toward yes and multiplies every step by ``sharpen``; its gut (snap)
 answers lean yes as much. ``entrench`` (confirmation bias, MS > 0) over-weights clues that agree

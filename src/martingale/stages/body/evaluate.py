@@ -95,6 +95,8 @@ def evaluate_model(gen, judge, cfg: dict[str, Any], questions, ctx=None) -> list
             extra["snap_draws"] = draws[i]
         if negs is not None:
             extra["stated_neg"] = negs[i]
+        if q.crowd is not None:             # a forecast from elsewhere (a questions file's crowd_p)
+            extra["crowd_p"] = _r(q.crowd)
         rows.append({
             "qid": q.qid, "y": q.y, "seed": seed,
             "prior": _r(ro.prior[i]), "posterior": _r(ro.posterior[i]), "stated": _r(ro.stated[i]),

@@ -169,7 +169,7 @@ def records(world, played: Played, seed: int, negated: Optional[Played] = None) 
 
 def instructor_alone(instructor, human, cfg: dict[str, Any], questions) -> dict[str, Any]:
     """The instructor's own single-agent MS and Brier on the episode questions (the run's elicit
-    mode; the human as the self judge): the log's 'MS ≈ 0 alone, entrenching in the loop'."""
+    mode; the human as the self judge): the research log's 'MS ≈ 0 alone, entrenching in the loop'."""
     judge = human if judge_needed(cfg["elicit"]) else None
     rows = evaluate_model(instructor, judge, cfg, questions)
     m = stage_metrics(rows, int(cfg["eval"]["n_bootstrap"]), float(cfg["eval"]["ci"]), int(cfg["seed"]))
@@ -179,7 +179,7 @@ def instructor_alone(instructor, human, cfg: dict[str, Any], questions) -> dict[
 
 def check_instructor_applied(instructor, start, world, episodes: list[Episode], floor: float) -> float:
     """A trained instructor must not speak exactly as its start model: the largest |Δ log-prob| of
-    its utterance tokens on probe prompts; at or under ``floor`` the stage fails (the log's
+    its utterance tokens on probe prompts; at or under ``floor`` the stage fails (the research log's
     70B runs: a LoRA that never served, the 'trained' instructor was the untrained one)."""
 
     probes = [ep_mod.instructor_prompt(world, e, ep_mod.MODES["neutral"](world, e, None, _rng(i)), None)
