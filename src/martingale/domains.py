@@ -11,7 +11,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from .io import SECRET_WORDS, system_path_problem
 
@@ -244,17 +244,84 @@ SEED = Int(0, SEED_MAX)
 
 
 
-def setting(default: Any, domain: Domain, help: str = "", factory: Any = None) -> Any:
-    """A config key: its default (or ``factory`` for a list or mapping), its domain, what it does."""
-    meta = {"domain": domain, "help": help}
+IdRule = Callable[[Any, Mapping[str, Any], Any], Any]   # (value, its section, the stage kind or None) → value or OMIT
+
+
+def setting(default: Any, domain: Domain, help: str = "", factory: Any = None, in_id: IdRule | None = None) -> Any:
+    """A config key: its default (or ``factory`` for a list or mapping), its domain, what it does, and
+    what of it enters a stage's id and a run's identity (``in_id``: all of it, unless it says)."""
+    meta = {"domain": domain, "help": help, "in_id": in_id}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
 
 
-def section(cls: type, help: str = "") -> Any:
+def section(cls: type, help: str = "", in_id: IdRule | None = None) -> Any:
     """A config key that is a section (a dataclass of settings), made fresh for every config."""
-    return dataclasses.field(default_factory=cls, metadata={"section": True, "help": help})
+    return dataclasses.field(default_factory=cls, metadata={"section": True, "help": help, "in_id": in_id})
+
+
+# --------------------------------------------------------------------------- what enters an id
+# One rule, read by the plan for every stage's id and every run's identity (``identity``): a setting
+# is hashed as it is unless its declaration says otherwise, with an IdRule of (value, its section,
+# the stage kind; None for the run's identity) returning the value to hash or OMIT. Each rule is a
+# line at the setting it concerns: a key added later stays out of the ids made before it existed
+# where it holds the value that changes nothing; where a stage runs is never what it computes.
+OMIT = type("Omit", (), {"__repr__": lambda self: "OMIT"})()
+
+
+def omitted_at(*values: Any, stage_only: bool = False) -> IdRule:
+    """Out of the id while the setting holds one of ``values`` (a stage's only, with ``stage_only``)."""
+    def rule(value: Any, sec: Mapping[str, Any], kind: Any) -> Any:
+        at = any(value is v if v is None or isinstance(v, bool) else value == v for v in values)
+        return OMIT if at and (kind is not None or not stage_only) else value
+    return rule
+
+
+def omitted_unless(key: str, *values: Any) -> IdRule:
+    """Out of the id unless sibling ``key`` holds one of ``values`` (a setting only that case reads)."""
+    return lambda value, sec, kind: value if sec.get(key) in values else OMIT
+
+
+def placement(value: Any, sec: Mapping[str, Any], kind: Any) -> Any:
+    """Where a stage runs, not what it computes: out of every stage's id."""
+    return OMIT if kind is not None else value
+
+
+def serving(value: Any, sec: Mapping[str, Any], kind: Any) -> Any:
+    """How a model is served, not what it is: out of the id of a stage that does not generate with it."""
+    return OMIT if kind is not None and not kind.serves else value
+
+
+def through_inputs(value: Any, sec: Mapping[str, Any], kind: Any) -> Any:
+    """What a stage reads through an input (the judge model is its judge_model input's id): out of
+    the stage's own slice, in the run's identity."""
+    return OMIT if kind is not None else value
+
+
+def set_where(used: Callable[[Any], bool]) -> IdRule:
+    """In a stage's id only where set (not 0 or null) and the kind ``used`` it; in a run's identity as is."""
+    return lambda value, sec, kind: OMIT if kind is not None and (not value or not used(kind)) else value
+
+
+def asked(replacement: Any) -> IdRule:
+    """Where the questions come from and how many: a kind that asks none (pretrain, distill: the clue
+    table writes their traces) hashes ``replacement`` instead (OMIT: nothing), so a run on other
+    questions shares their stages."""
+    return lambda value, sec, kind: replacement if kind is not None and not kind.questions else value
+
+
+def identity(cls: type, values: Mapping[str, Any], kind: Any = None) -> dict[str, Any]:
+    """``values`` (a section of dataclass ``cls``) as a stage of ``kind`` (None: the run) hashes it:
+    each setting through its declared IdRule; a key ``cls`` does not declare as it is."""
+    rules = {f.name: f.metadata.get("in_id") for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
+    out = {}
+    for key, value in values.items():
+        rule = rules.get(key)
+        kept = rule(value, values, kind) if rule is not None else value
+        if kept is not OMIT:
+            out[key] = kept
+    return out
 
 
 @dataclass(frozen=True)

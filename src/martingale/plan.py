@@ -11,8 +11,9 @@ step s1, s2 … with a reward trains from the model before it (``stages.<name>.k
 (``eval.kind``) reads every model stage for each seed. The judge (``elicit.judge_model``) is the
 natural model — the source stage, one judge fixed across a campaign — or the run's start model; a
 two-agent episode's human is always the start model.
-``model.resources`` (scheduling only) is not hashed: asking for more memory does not invalidate a
-model. ``wandb`` is in no slice.
+What of a setting enters a stage's id, and a run's identity, is declared at the setting
+(``domains.setting(in_id=...)``: one rule, domains.identity): ``model.resources`` (scheduling only)
+is not hashed, so asking for more memory does not invalidate a model. ``wandb`` is in no slice.
 """
 from __future__ import annotations
 
@@ -22,10 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Optional
 
+from .config import sections as core
 from .config.checks import QUESTIONS_CHECKED
 from .config.digest import code_and_versions, conf_files, env_digest, tree_digest
 from .config.runs import RunTree
 from .config.schema import declared_sections
+from .domains import identity
 from .io import canonical_json, read_pickle, write_pickle, write_text_if_changed
 from .needs import Need, stage_needs, unmet
 from .rewards import reward_settings, rewards
@@ -62,11 +65,6 @@ def stage_id(kind: str, cfg: dict, inputs: dict[str, str]) -> str:
     return f"{kind}-{sha256_json({'kind': kind, 'slice': cfg, 'upstream': inputs})[:12]}"
 
 
-SERVING_KEYS = ("backend", "server_url")            # how a model is served, not what it is (and each backend's section)
-UNSET_IS_DEFAULT = ("generate_batch", "loss_batch")  # model keys in an id only where set (0 = as before they existed)
-PLACEMENT_KEYS = ("resources", "device")           # where a stage runs (Snakemake resources), not what it computes
-
-
 def backend_sections(model: dict) -> dict[str, bool]:
     """Each backend's section under ``model`` (its key) → whether this model uses it: its backend is
     the one that declared it, or the section was in every generating stage's id before backends
@@ -79,20 +77,24 @@ def _backend_sections() -> tuple[tuple[str, str, bool], ...]:
     return tuple((d.section.key, d.name, d.section.in_every_run) for d in declared_sections() if d.by == "backend")
 
 
-def _model_slice(model: dict, kind: StageKind) -> dict:
-    """The model without where its stage runs, and without how it is served (``backend``,
-    ``server_url``, every backend's section) for a kind that does not generate through
-    ``model.backend``; for one that does, a backend's section only where it is used
-    (backend_sections); ``generate_batch`` only where it is set and the kind generates (the ids of
-    every run from before it stay as they were); ``loss_batch`` likewise, and only in the id of a
-    step (a training stage: how its gradient is accumulated)."""
-    sections = backend_sections(model)
-    drop = PLACEMENT_KEYS if kind.serves else (*PLACEMENT_KEYS, *SERVING_KEYS, *sections)
-    out = {k: v for k, v in model.items()
-           if k not in drop and not (k in UNSET_IS_DEFAULT and (not v or not kind.serves))
-           and not (k == "loss_batch" and kind.place != "step")
-           and sections.get(k, True)}
-    threads = compute_threads(model, kind)
+def section_class(key: str) -> Optional[type]:
+    """The dataclass of a top-level section (a core one, or the one an extension declares): whose
+    settings declare what of them enters an id (domains.identity)."""
+    return CORE_SECTIONS.get(key) or next((d.section.schema for d in declared_sections() if d.path == key), None)
+
+
+CORE_SECTIONS: dict[str, type] = {"world": core.WorldConfig, "model": core.ModelConfig, "elicit": core.ElicitConfig,
+                                  "eval": core.EvalConfig, "prompts": core.PromptsConfig}
+
+
+def _model_slice(model: dict, kind: Optional[StageKind]) -> dict:
+    """The model as its settings declare it enters an id (domains.identity: where and how it is served,
+    the batch sizes only where set), a backend's section only where the stage generates with that
+    backend (backend_sections), and a training kind's thread count."""
+    used = backend_sections(model)
+    out = {k: v for k, v in identity(core.ModelConfig, model, kind).items()
+           if used.get(k, True) and (k not in used or kind is None or kind.serves)}
+    threads = compute_threads(model, kind) if kind is not None else None
     if threads is not None:
         out["threads"] = threads
     return out
@@ -115,57 +117,6 @@ def kind_cpus(resources: dict, kind: str) -> int:
     return int(resources.get("cpus", 1))
 
 
-QUESTION_SOURCE = {"name": "synthetic", "questions_file": None}   # where the questions come from
-SPLIT_SIZES = ("n_train", "n_heldout")                              # how many of them a run asks
-
-
-def _world_slice(world: dict, kind: StageKind) -> dict:
-    """The world as a stage of this kind sees it: a kind that never asks a question (pretrain,
-    distill: the clue table writes their traces) sees the synthetic world's question source
-    whatever it is and no split sizes, so world=jsonl or more training questions share base's
-    pretrain and D."""
-    if kind.questions:
-        return world
-    return {k: v for k, v in {**world, **QUESTION_SOURCE}.items() if k not in SPLIT_SIZES}
-
-
-def _elicit_slice(elicit: dict, kind: StageKind) -> dict:
-    """``elicit`` without ``judge_model``: which model judges is the stage's judge input (its id), so
-    a base-start run reads the same stages under either setting; ``read`` only where it is not the
-    default verbal read (the ids of every run from before the forced read stay as they were)."""
-    return {k: v for k, v in elicit.items()
-            if k != "judge_model" and not (k == "read" and v == "verbal")}
-
-
-def _prompts_slice(prompts: dict, kind: StageKind) -> dict:
-    """``prompts`` without ``context_words`` or ``episode`` where null (whole contexts, no chat
-    episodes: the ids of runs from before the keys existed stay as they were)."""
-    return {k: v for k, v in prompts.items() if not (k in ("context_words", "episode") and v is None)}
-
-
-def _simulate_slice(simulate: dict, kind: StageKind) -> dict:
-    """``simulate`` without a role's model where it is null (the run's model plays it: the ids of
-    runs from before the keys existed stay as they were)."""
-    return {k: v for k, v in simulate.items() if not (k in ("human_model", "instructor_model") and v is None)}
-
-
-PRETRAIN_TEACHER_KEYS = ("teacher", "yes_shift", "sharpen", "misread")   # stages/pretrain.py teacher_traits reads them
-
-
-def _pretrain_slice(pretrain: dict, kind: Optional[StageKind] = None) -> dict:
-    """``pretrain`` without its teacher's keys while the teacher is calibrated (the ids of every run
-    from before the miscalibrated base existed stay as they were)."""
-    if pretrain.get("teacher", "calibrated") != "calibrated":
-        return pretrain
-    return {k: v for k, v in pretrain.items() if k not in PRETRAIN_TEACHER_KEYS}
-
-
-def _distill_slice(distill: dict, kind: Optional[StageKind] = None) -> dict:
-    """``distill`` without ``yes_drift`` unless its teacher drifts (the ids of every D from before
-    the drifting teacher existed stay as they were)."""
-    return distill if distill.get("teacher") == "drift" else {k: v for k, v in distill.items() if k != "yes_drift"}
-
-
 def step_config(stage: dict) -> dict:
     """A step's own config (``stages.<s>``) without the keys other rewards bring (reward_settings):
     a reward's new key is in a stage's id only where that stage's reward declares it."""
@@ -174,10 +125,13 @@ def step_config(stage: dict) -> dict:
     return {k: v for k, v in stage.items() if k not in others}
 
 
-# How a section is cut for a kind's slice, where it is not taken whole.
-SECTION_SLICES: dict[str, Callable[[dict, StageKind], dict]] = {
-    "model": _model_slice, "world": _world_slice, "elicit": _elicit_slice, "prompts": _prompts_slice,
-    "simulate": _simulate_slice, "pretrain": _pretrain_slice, "distill": _distill_slice}
+def section_identity(key: str, value: Any, kind: Optional[StageKind]) -> Any:
+    """A top-level section as a stage of ``kind`` (None: the run) hashes it."""
+    if key == "model":
+        return _model_slice(value, kind)
+    cls = section_class(key)
+    return identity(cls, value, kind) if cls is not None and isinstance(value, dict) else value
+
 
 # Core keys a stage sees only where they are used, so a run that does not keeps its ids whatever
 # they say: prompts.* where the prompt set is not the embedded model's own format. A reader's own
@@ -196,15 +150,14 @@ def reader_section(cfg: dict) -> Optional[str]:
 
 
 def stage_slice(kind: StageKind, cfg: dict, step: Optional[str] = None, seed: Optional[int] = None) -> dict:
-    """The config a stage of this kind sees (and its id hashes): the kind's keys (each cut by its
-    SECTION_SLICES entry, if any; its own section is one of them), the section of the reader it
-    reads beliefs with (a kind that reads ``elicit``), the step's own config as ``stage``, the seed
-    for a per-seed kind."""
+    """The config a stage of this kind sees (and its id hashes): the kind's keys, each section as its
+    settings declare they enter an id (section_identity; its own section is one of them), the
+    section of the reader it reads beliefs with (a kind that reads ``elicit``), the step's own
+    config as ``stage``, the seed for a per-seed kind."""
     keys = [*kind.keys]
     if "elicit" in kind.keys and reader_section(cfg) is not None:
         keys.append(reader_section(cfg))
-    out = {key: SECTION_SLICES[key](cfg[key], kind) if key in SECTION_SLICES else cfg[key]
-           for key in keys if key not in USED_WHEN or USED_WHEN[key](cfg)}
+    out = {key: section_identity(key, cfg[key], kind) for key in keys if key not in USED_WHEN or USED_WHEN[key](cfg)}
     if step is not None:
         out["stage"] = step_config(cfg["stages"][step])
     if kind.per_seed:
@@ -526,22 +479,9 @@ def run_identity(cfg: dict) -> dict:
     reward's key where the stage's reward is another — so a new key there leaves every other run
     fresh; nor ``prompts.episode`` or a role's model where null (chat episodes' keys)."""
     unused = unused_sections(cfg)
-    out = {k: v for k, v in cfg.items() if k not in (*NOT_RUN_IDENTITY, *unused)}
-    # keys at their "not used" value, as in the stage slices (a key added later leaves old runs fresh)
-    if "model" in out:
-        used = backend_sections(out["model"])
-        out["model"] = {k: v for k, v in out["model"].items() if used.get(k, True)}
+    out = {k: section_identity(k, v, None) for k, v in cfg.items() if k not in (*NOT_RUN_IDENTITY, *unused)}
     if "stages" in out:
         out["stages"] = {name: step_config(st) for name, st in out["stages"].items()}
-    if "prompts" in out:
-        out["prompts"] = {k: v for k, v in out["prompts"].items() if not (k == "episode" and v is None)}
-    if "pretrain" in out:
-        out["pretrain"] = _pretrain_slice(out["pretrain"])
-    if "distill" in out:
-        out["distill"] = _distill_slice(out["distill"])
-    if "simulate" in out:
-        out["simulate"] = {k: v for k, v in out["simulate"].items()
-                           if not (k in ("human_model", "instructor_model") and v is None)}
     return out
 
 

@@ -13,6 +13,7 @@ from ..domains import (
     FRACTION,
     LR,
     NONNEG,
+    OMIT,
     OPEN_UNIT,
     POSITIVE,
     SEED,
@@ -27,8 +28,14 @@ from ..domains import (
     Real,
     Template,
     Url,
+    asked,
+    omitted_at,
+    placement,
     section,
+    serving,
+    set_where,
     setting,
+    through_inputs,
 )
 
 QUESTION_FIELDS = ("question", "background", "resolution_criteria", "opt")   # a question's template fields
@@ -37,7 +44,7 @@ QUESTION_FIELDS = ("question", "background", "resolution_criteria", "opt")   # a
 @dataclass
 class WorldConfig:
     """The question source: the embedded synthetic world, or a JSONL file for real models."""
-    name: str = setting("synthetic", OneOf(("synthetic", "jsonl")))
+    name: str = setting("synthetic", OneOf(("synthetic", "jsonl")), in_id=asked("synthetic"))
     seed: int = setting(0, SEED, "draws the clue likelihood table and the question splits")
     base_rate: float = setting(0.3, OPEN_UNIT, "P(y = 1)")
     n_clue_types: int = setting(40, Int(2), "distinct clues; each has a fixed log-likelihood ratio")
@@ -53,9 +60,10 @@ class WorldConfig:
         "sd (nats) of the gut prior's per-draw noise. With these three the snap prior is a different "
         "functional, not only a noisy read: de-attenuation leaves MS_adj < 0, as the research log's table (base −0.548"
         " → MS_adj −0.321)")
-    n_train: int = setting(640, COUNT, "training questions")
-    n_heldout: int = setting(1000, Int(2), "disjoint held-out questions (eval)")
-    questions_file: Optional[str] = setting(None, PathValue(), "JSONL of real questions (world=jsonl)")
+    n_train: int = setting(640, COUNT, "training questions", in_id=asked(OMIT))
+    n_heldout: int = setting(1000, Int(2), "disjoint held-out questions (eval)", in_id=asked(OMIT))
+    questions_file: Optional[str] = setting(None, PathValue(), "JSONL of real questions (world=jsonl)",
+                                            in_id=asked(None))
 
 
 @dataclass
@@ -78,7 +86,7 @@ class ModelConfig:
     path: Optional[str] = setting(None, PathValue(), "local HF folder; None = pretrain the embedded model")
     backend: str = setting("hf", InChoices(),
         "hf (transformers in-process) | vllm (a vLLM server, its own env) | api (an OpenAI-compatible chat "
-        "endpoint: an episode role only, simulate.human_model)")
+        "endpoint: an episode role only, simulate.human_model)", in_id=serving)
     hidden_size: int = setting(96, COUNT)
     num_layers: int = setting(3, COUNT)
     num_heads: int = setting(3, COUNT,
@@ -88,17 +96,18 @@ class ModelConfig:
     dtype: str = setting("float32", OneOf(("float32", "bfloat16", "float16", "auto")),
         "float32 | bfloat16 | float16 | auto (bfloat16 on a GPU, float32 on a CPU)")
     device: str = setting("auto", OneOf(("auto", "cuda", "cpu")),
-        "auto (CUDA when one is visible) | cuda | cpu; where, not what: not in stage ids")
+        "auto (CUDA when one is visible) | cuda | cpu; where, not what: not in stage ids", in_id=placement)
     lora_targets: list[str] = setting(None, Names(), "", factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
     generate_batch: int = setting(0, Int(0),
         "hf: prompts per generate call, grouped by length (0 = all at once); a real model's prompts vary in "
-        "length, and left-padding to the longest is slow")
+        "length, and left-padding to the longest is slow", in_id=set_where(lambda kind: kind.serves))
     loss_batch: int = setting(0, Int(0),
         "training: rollout rows per forward/backward of the loss, gradients accumulated (0 = the whole "
-        "rollout at once); a real model's long prompts do not fit at once")
+        "rollout at once); a real model's long prompts do not fit at once",
+        in_id=set_where(lambda kind: kind.serves and kind.place == "step"))
     server_url: Optional[str] = setting(None, Url(),
-        "backend vllm: a server you run (served as model.name); null = one per stage")
-    resources: Resources = section(Resources)
+        "backend vllm: a server you run (served as model.name); null = one per stage", in_id=serving)
+    resources: Resources = section(Resources, in_id=placement)
 
 
 @dataclass
@@ -132,12 +141,13 @@ class ElicitConfig:
     judge: str = setting("self", InChoices(), "samemode reader: self | trace | oracle | api")
     judge_model: str = setting("base", OneOf(("base", "start")),
         "the model a self reader asks: base = the natural model, one judge fixed across a campaign (the research log's"
-        " external judge); start = the run's start model")
+        " external judge); start = the run's start model", in_id=through_inputs)
     cut: float = setting(0.5, OPEN_UNIT, "fraction of the trace read as the prior (samemode)")
     read: str = setting("verbal", OneOf(("verbal", "forced")),
         "which read the prior, posterior and stated P (Brier, MS) come from: verbal = the P = X the model "
         "writes (parsed; unparsed counted); forced = its next-token distribution after prompts.forced_prefix "
-        "(beliefs/forced.py). Both are recorded where the prompt set has a prefix.")
+        "(beliefs/forced.py). Both are recorded where the prompt set has a prefix.",
+        in_id=omitted_at("verbal", stage_only=True))
 
 
 @dataclass
@@ -176,7 +186,7 @@ and, for the judge, {trace} (the reasoning so far, probabilities hidden)."""
     judge_max_tokens: int = setting(8, COUNT, "a same-mode read's answer length (a number)")
     context_words: Optional[int] = setting(None, Maybe(COUNT),
         "cut each question's background and resolution criteria to their first n words (a CPU's prompt "
-        "budget: ForecastBench's run to 1,400 tokens); null = whole")
+        "budget: ForecastBench's run to 1,400 tokens); null = whole", in_id=omitted_at(None, stage_only=True))
     forced_prefix: str = setting("", Template(()),
         "the forced-answer read (beliefs/forced.py): the model's answer is prefilled with this (e.g. 'P = "
         "0.') and its P read from the next token's distribution; '' = no forced read")
@@ -186,7 +196,7 @@ and, for the judge, {trace} (the reasoning so far, probabilities hidden)."""
         "a forced read whose valid-answer tokens hold less of the next-token mass (among the top 20) is "
         "unparsed, never a number")
     episode: Optional[EpisodePromptsConfig] = setting(None, OneOf((None,)),
-        "chat episodes' prompts (conf/prompts/c2.yaml); null = none")
+        "chat episodes' prompts (conf/prompts/c2.yaml); null = none", in_id=omitted_at(None))
 
 
 @dataclass

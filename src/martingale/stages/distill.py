@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..domains import COUNT, LR, NONNEG, POSITIVE, SEED, OneOf, Real, Section, setting
+from ..domains import COUNT, LR, NONNEG, POSITIVE, SEED, OneOf, Real, Section, omitted_unless, setting
 from . import declare
 
 
@@ -27,7 +27,8 @@ class DistillConfig:
         "agree/disagree_weight only; both: entrench + overconfident")
     yes_shift: float = setting(2.5, Real(-20, 20), "nats the over-confident teacher starts toward yes")
     sharpen: float = setting(1.3, POSITIVE, "its multiplier on every step (beliefs more extreme than the evidence)")
-    yes_drift: float = setting(0.25, Real(-5, 5), "nats per step toward yes of the drifting teacher")
+    yes_drift: float = setting(0.25, Real(-5, 5), "nats per step toward yes of the drifting teacher",
+                               in_id=omitted_unless("teacher", "drift"))
 
 
 DISTILL = declare("distill", "start", keys=("world", "model"), inputs=("base_model",), questions=False, trains=True,

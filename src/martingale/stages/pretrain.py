@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..domains import COUNT, FRACTION, LR, POSITIVE, SEED, Int, OneOf, Real, Section, setting
+from ..domains import COUNT, FRACTION, LR, POSITIVE, SEED, Int, OneOf, Real, Section, omitted_unless, setting
 from . import declare
+
+TEACHER = omitted_unless("teacher", "miscalibrated")   # the teacher's keys: in an id only where it is miscalibrated
 
 
 @dataclass
@@ -19,14 +21,15 @@ class PretrainConfig:
     snap_fraction: float = setting(0.25, FRACTION, "of the examples: snap answers")
     read_fraction: float = setting(0.15, FRACTION, "of the examples: reads of a partial trace (the self judge's skill)")
     negation_fraction: float = setting(0.25, FRACTION, "of the questions: asked negated")
-    teacher: str = setting("calibrated", OneOf(("calibrated", "miscalibrated")),
+    teacher: str = setting("calibrated", OneOf(("calibrated", "miscalibrated")), in_id=TEACHER, help=
         "the natural base's teacher: calibrated (the Bayes reasoner), or miscalibrated as the research log's real "
         "natural bases were (Llama-3.1-8B: Brier 0.2546 against the constant's 0.211, mean belief ≈ +0.1 "
         "above the base rate): it leans yes_shift nats toward yes, sharpens every step and misreads a "
         "clue's sign with probability misread. Its keys are in no id while calibrated")
-    yes_shift: float = setting(0.5, Real(-20, 20), "nats")
-    sharpen: float = setting(1.3, POSITIVE)
-    misread: float = setting(0.3, Real(0, 0.5, hi_open=True), "a probability below ½ (at ½ a clue says nothing)")
+    yes_shift: float = setting(0.5, Real(-20, 20), "nats", in_id=TEACHER)
+    sharpen: float = setting(1.3, POSITIVE, in_id=TEACHER)
+    misread: float = setting(0.3, Real(0, 0.5, hi_open=True), "a probability below ½ (at ½ a clue says nothing)",
+                             in_id=TEACHER)
 
 
 PRETRAIN = declare("pretrain", "source", keys=("world", "model"), questions=False, trains=True,

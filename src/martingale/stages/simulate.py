@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
-from ..domains import COUNT, POSITIVE, Flag, InChoices, Int, OneOf, Real, Section, setting
+from ..domains import COUNT, POSITIVE, Flag, InChoices, Int, OneOf, Real, Section, omitted_at, setting
 from . import declare
 
 
@@ -28,9 +28,10 @@ class SimulateConfig:
     # {backend: api, api: {base_url: https://api.deepseek.com/v1, model: deepseek-chat}}: the research log's
     # DeepSeek human. Chat episodes only (a prompt set with `episode` prompts, conf/prompts/c2.yaml).
     human_model: Optional[Dict[str, Any]] = setting(None, OneOf((None,)),
-        "the human's model keys changed from the run's model (each in model.*'s domain); null: the run's model")
+        "the human's model keys changed from the run's model (each in model.*'s domain); null: the run's model",
+        in_id=omitted_at(None))
     instructor_model: Optional[Dict[str, Any]] = setting(None, OneOf((None,)),
-        "the instructor's, likewise")
+        "the instructor's, likewise", in_id=omitted_at(None))
 
 
 SIMULATE = declare("simulate", "measure", keys=("world", "model", "elicit", "eval", "prompts"),
