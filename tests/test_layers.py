@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("plan", {"needs", "plan", "cost"}),
     ("records", {"records", "plots"}),
     ("table", {"table"}),
-    ("entry", {"smk", "warm", "cli", "buildlog", ""}),   # "": the package's own __init__
+    ("entry", {"smk", "warm", "cli", "buildlog", "rank", ""}),   # "": the package's own __init__
 ]
 RANK = {unit: rank for rank, (_, units) in enumerate(LAYERS) for unit in units}
 LAYER_NAME = {unit: name for name, units in LAYERS for unit in units}

@@ -137,14 +137,15 @@ class StageCost:
     threads: int
     gpus: int
     basis: str            # "history (n=3)", "runtime_min limit" or "local (not a job)"
+    nodes: int = 1        # a ranked stage over several machines asks each for threads and gpus
 
     @property
     def cpu_hours(self) -> float:
-        return self.hours * self.threads
+        return self.hours * self.threads * self.nodes
 
     @property
     def gpu_hours(self) -> float:
-        return self.hours * self.gpus
+        return self.hours * self.gpus * self.nodes
 
 
 @dataclass(frozen=True)
@@ -223,7 +224,7 @@ def estimate(plan: Plan, sids: Iterable[str], root: Path | str,
         else:
             hours, basis = float(res.get("runtime", 60)) / 60, RUNTIME_BASIS
         out.append(StageCost(sid, stage.kind, model, bool(is_new(sid)), hours, int(res.get("threads", 1)),
-                             int(res.get("gpu") or 0), basis))
+                             int(res.get("gpu") or 0), basis, int(res.get("nodes") or 1)))
     return Estimate(out)
 
 

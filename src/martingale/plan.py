@@ -34,6 +34,7 @@ from .needs import Need, stage_needs, unmet
 from .rewards import reward_settings, rewards
 from .stages import StageKind, kinds, uses_key
 from .store import STORE, read_index, stage_dir
+from .training import ranks_of
 
 
 @dataclass(frozen=True)
@@ -180,21 +181,28 @@ def _one_kind(place: str, cfg: dict, name: Optional[str] = None) -> StageKind:
     return candidates[0]
 
 
-RESOURCE_KEYS = ("threads", "mem_mb", "runtime", "gpu", "gpu_model", "device")   # what _resources may set
+RESOURCE_KEYS = ("threads", "mem_mb", "runtime", "gpu", "gpu_model", "device", "nodes")   # what _resources may set
 
 
-def _resources(model: dict, kind: str = "") -> dict[str, Any]:
+def _resources(model: dict, kind: Optional[StageKind] = None) -> dict[str, Any]:
     """What a stage on this model asks a scheduler for, as Snakemake resources: ``threads``,
     ``mem_mb``, ``runtime`` (minutes) always; ``gpu`` (count) and ``gpu_model`` only when the model
     needs GPUs (``gpus`` > 0), so a CPU stage carries no GPU resource at all. ``gpu``/``gpu_model``
     are the names snakemake-executor-plugin-slurm turns into ``sbatch --gpus=<model>:<n>``.
     ``device`` (model.device) is where the job puts its model: a string resource, so it reaches
-    the job (smk.run_stage) without being in the stage's id."""
+    the job (smk.run_stage) without being in the stage's id. A ranked kind on N ranks over M nodes
+    asks, on each node, for N/M times the CPUs and memory of one (``gpus`` is a node's, already),
+    and ``nodes`` where M > 1."""
     r = model.get("resources") or {}
+    per_node = 1
+    nodes = 1
+    if kind is not None and kind.ranked:
+        ranks, _, nodes = ranks_of(model)
+        per_node = ranks // nodes
     out: dict[str, Any] = {
         "device": str(model.get("device", "auto")),
-        "threads": kind_cpus(r, kind),
-        "mem_mb": int(r.get("mem_mb", 1000)),
+        "threads": kind_cpus(r, kind.name if kind is not None else "") * per_node,
+        "mem_mb": int(r.get("mem_mb", 1000)) * per_node,
         "runtime": int(r.get("runtime_min", 60)),
     }
     gpus = int(r.get("gpus") or 0)
@@ -202,6 +210,8 @@ def _resources(model: dict, kind: str = "") -> dict[str, Any]:
         out["gpu"] = gpus
         if r.get("gpu_model"):
             out["gpu_model"] = str(r["gpu_model"])
+    if nodes > 1:
+        out["nodes"] = nodes
     return out
 
 
@@ -263,7 +273,7 @@ class Plan:
         slice_ = stage_slice(kind, cfg, step, seed)
         sid = stage_id(kind.name, slice_, roles)
         if sid not in self.stages:
-            self.stages[sid] = Stage(kind.name, sid, slice_, roles, _resources(cfg["model"], kind.name))
+            self.stages[sid] = Stage(kind.name, sid, slice_, roles, _resources(cfg["model"], kind))
             self._labels[sid] = label
         return sid
 

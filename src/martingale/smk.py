@@ -23,6 +23,7 @@ from .stages import kinds
 from .table import write_table
 from .threads import use_threads
 from .tracking import flush, mirror_run, mirror_stage, stage_context
+from .training import ranks, ranks_of
 
 
 class Killed(BaseException):
@@ -95,6 +96,13 @@ def compute_threads(cfg: dict, given: int) -> int:
     return int(fixed)
 
 
+def ranked(kind: Any, cfg: dict) -> int:
+    """The ranks a stage job runs on this node: ``model.distributed`` ranks / nodes for a kind that
+    takes ranked steps, else 1."""
+    n, _, nodes = ranks_of(cfg.get("model"))
+    return n // nodes if kind.ranked else 1
+
+
 def run_stage(snakemake: Any) -> None:
     """The job of the generic stage rule: each upstream stage folder is checked against its
     manifest, then the kind named by the rule runs its ``run`` with the stage's config slice, each
@@ -102,7 +110,9 @@ def run_stage(snakemake: Any) -> None:
     wandb."""
     kind = kinds()[snakemake.rule]
     cfg = dict(snakemake.params.cfg)
-    use_threads(compute_threads(cfg, int(snakemake.threads)))
+    ranks_here = ranked(kind, cfg)        # a ranked stage's job holds its ranks' threads (on this node)
+    threads = compute_threads(cfg, int(snakemake.threads) // ranks_here)
+    use_threads(threads)
     inputs = {role: Path(marker).parent for role, marker in snakemake.input.items()}
     for folder in inputs.values():
         require(folder)
@@ -115,7 +125,10 @@ def run_stage(snakemake: Any) -> None:
         with stage_context(Path.cwd(), snakemake.wildcards.sid, dict(snakemake.params.cfg)):
             # provenance.json (versions, vLLM server, weights' sha256) goes into out_dir
             with collecting(out_dir, Path.cwd()):
-                kind.run(cfg, out_dir=out_dir, **inputs)
+                if kind.ranked and ranks_of(cfg.get("model"))[0] > 1:
+                    ranks.launch(kind.name, cfg, inputs, out_dir, threads)
+                else:
+                    kind.run(cfg, out_dir=out_dir, **inputs)
             track_stage(snakemake)
     except BaseException:
         # The job fails, so Snakemake deletes its output (the manifest): a folder the body had

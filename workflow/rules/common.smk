@@ -125,6 +125,12 @@ def stage_gpu_model(wildcards):
 
 
 @per_job
+def stage_nodes(wildcards):
+    """Machines of a ranked stage over several (sbatch --nodes), or None: one."""
+    return PLAN.stages[wildcards.sid].resources.get("nodes")
+
+
+@per_job
 def run_eval_dirs(wildcards):
     """The evals of one run (every stage, every seed): their manifests."""
     return [stage_output(e["eval_stage"]) for e in PLAN.evals(wildcards.run)]

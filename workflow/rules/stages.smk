@@ -32,6 +32,7 @@ for kind in STAGE_KINDS.values():
             gpu=stage_resource(kind.name, "gpu", stage_gpu),
             gpu_model=stage_resource(kind.name, "gpu_model", stage_gpu_model),
             device=stage_resource(kind.name, "device", stage_device),
+            nodes=stage_resource(kind.name, "nodes", stage_nodes),
         localrule: kind.local
         conda:
             "../envs/martingale.yaml"

@@ -78,6 +78,24 @@ class Resources:
         "the pretrain stage's CPUs (it runs alone at the start of every chain); null: cpus")
 
 
+def _ranked(value, sec, kind):
+    """A training stage's ranks: out of every id at one rank (what every stage was before it
+    existed) and out of a stage that takes no ranked gradient steps; the rest changes its bytes."""
+    if int(value.get("ranks", 1)) == 1 and int(value.get("nodes", 1)) == 1:
+        return OMIT
+    return OMIT if kind is not None and not kind.ranked else value
+
+
+@dataclass
+class Distributed:
+    """How many processes a training stage (train, instructor, distill) takes its steps on, and how:
+    ``ddp`` splits each batch across ranks and reduces the gradients; ``fsdp`` (FSDP2) also shards the
+    weights, for a model larger than one device. gloo on a CPU, NCCL on GPUs (training/ranks.py)."""
+    ranks: int = setting(1, COUNT, "processes in all (one GPU each on a GPU model)")
+    strategy: str = setting("ddp", OneOf(("ddp", "fsdp")), "ddp | fsdp (FSDP2: fully_shard per decoder layer)")
+    nodes: int = setting(1, COUNT, "machines the ranks span (SLURM: srun + a c10d rendezvous); ranks per node = ranks / nodes")
+
+
 @dataclass
 class ModelConfig:
     """A causal LM: the embedded tiny Llama (built and pretrained here) or local weights."""
@@ -108,6 +126,7 @@ class ModelConfig:
     server_url: Optional[str] = setting(None, Url(),
         "backend vllm: a server you run (served as model.name); null = one per stage", in_id=serving)
     resources: Resources = section(Resources, in_id=placement)
+    distributed: Distributed = section(Distributed, in_id=_ranked)
 
 
 @dataclass

@@ -43,6 +43,7 @@ class StageKind:
     questions: bool = True                          # asks the world's questions (False: its clue table only)
     trains: bool = False                            # takes gradient steps: on a CPU its bytes depend on the thread count
     section: Optional[Section] = None               # its own config section (in its keys, in a run's identity where it runs)
+    ranked: bool = False                            # takes its steps on model.distributed.ranks processes (training/ranks.py)
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
         """The body: ``run(cfg, <roles>=folder, out_dir=folder)`` of its module, imported now."""
@@ -57,7 +58,7 @@ def declare(name: str, place: str, keys: tuple[str, ...], inputs: tuple[str, ...
             when: Optional[Callable[[dict], bool]] = None, per_seed: bool = False,
             local: bool = False, serves: bool = False, questions: bool = True,
             trains: bool = False, section: Optional[Section] = None,
-            body: str | Callable[..., Any] | None = None) -> StageKind:
+            body: str | Callable[..., Any] | None = None, ranked: bool = False) -> StageKind:
     """Register stage kind ``name`` (see the module docstring); its body is
     ``martingale.stages.body.<name>`` unless given; its own ``section`` is one of its keys."""
     if place not in PLACES:
@@ -65,7 +66,7 @@ def declare(name: str, place: str, keys: tuple[str, ...], inputs: tuple[str, ...
     if section is not None and section.key not in keys:
         keys = (*keys, section.key)
     kind = StageKind(name, place, tuple(keys), tuple(inputs), body or f"{__name__}.body.{name}", when,
-                     per_seed, local, serves, questions, trains, section)
+                     per_seed, local, serves, questions, trains, section, ranked)
     return _KINDS.add(name, kind)
 
 

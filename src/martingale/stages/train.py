@@ -5,4 +5,4 @@ from __future__ import annotations
 from . import declare
 
 TRAIN = declare("train", "step", keys=("world", "model", "elicit", "prompts"), inputs=("start_model", "judge_model"),
-                per_seed=True, serves=True, trains=True)
+                per_seed=True, serves=True, trains=True, ranked=True)

@@ -27,6 +27,7 @@ from safetensors.torch import load_file, save_file
 
 from .. import io
 from ..manifest import problems
+from . import ranks
 
 log = logging.getLogger("martingale")
 
@@ -61,35 +62,59 @@ def adapter(model) -> dict[str, Any]:
 
 def save(ckpt: Path, policy, cfg: dict[str, Any], progress: Progress, epoch_rng: dict) -> None:
     """Write the checkpoint of ``progress`` (``epoch_rng``: the order RNG's state before this
-    epoch's permutation), then remove the older ones."""
-    with io.atomic_dir(ckpt / f"{progress.step:08d}") as tmp:
-        save_file({n: p.detach().cpu().clone().contiguous() for n, p in adapter(policy.model).items()},
-                  str(tmp / ADAPTER))
-        torch.save({"optimizer": policy.opt.state_dict(), "torch_rng": torch.get_rng_state(),
-                    **({"cuda_rng": torch.cuda.get_rng_state_all()} if torch.cuda.is_available() else {})},
-                   tmp / TRAINER)
-        io.write_json(tmp / STATE, {"step": progress.step, "epoch": progress.epoch,
-                                    "order_rng": epoch_rng, "history": progress.history,
-                                    "config": fingerprint(cfg)})
-    for old in ckpt.iterdir():
-        if old.name != f"{progress.step:08d}":
-            shutil.rmtree(old, ignore_errors=True)   # older checkpoints, a killed write's temp folder
+    epoch's permutation), then remove the older ones. On ranks every rank calls it (the adapter and
+    the optimizer state are gathered whole) and rank 0 writes."""
+    r = ranks.current()
+    weights, optimizer = trainer_state(policy)
+    if r.writer:
+        with io.atomic_dir(ckpt / f"{progress.step:08d}") as tmp:
+            save_file(weights, str(tmp / ADAPTER))
+            torch.save({"optimizer": optimizer, "torch_rng": torch.get_rng_state(),
+                        **({"cuda_rng": torch.cuda.get_rng_state_all()} if torch.cuda.is_available() else {})},
+                       tmp / TRAINER)
+            io.write_json(tmp / STATE, {"step": progress.step, "epoch": progress.epoch,
+                                        "order_rng": epoch_rng, "history": progress.history,
+                                        "config": fingerprint(cfg)})
+        for old in ckpt.iterdir():
+            if old.name != f"{progress.step:08d}":
+                shutil.rmtree(old, ignore_errors=True)   # older checkpoints, a killed write's temp folder
+    ranks.barrier()
+
+
+def trainer_state(policy) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the adapter's tensors, the optimizer's state) whole, on the CPU: on ranks gathered (every
+    rank takes part), the optimizer's state keyed by parameter name."""
+    if not ranks.current().many:
+        return ({n: p.detach().cpu().clone().contiguous() for n, p in adapter(policy.model).items()},
+                policy.opt.state_dict())
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    whole = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return (ranks.full_tensors(adapter(policy.model).items()),
+            get_optimizer_state_dict(policy.model, policy.opt, options=whole))
 
 
 def resume(ckpt: Path, policy, cfg: dict[str, Any], order_rng) -> Progress:
     """Load the newest checkpoint that verifies into ``policy`` and ``order_rng``; Progress() (start
-    over) when there is none. One that does not verify is discarded with a log line."""
+    over) when there is none. One that does not verify is discarded with a log line. On ranks each
+    reads the same files, so all reach the same verdict; rank 0 removes the discarded ones after."""
     candidates = sorted((p for p in ckpt.iterdir() if not p.name.startswith(".")), reverse=True) \
         if ckpt.is_dir() else []
+    discarded, progress = [], None
     for one in candidates:
         try:
-            return _load(one, policy, cfg, order_rng)
+            progress = _load(one, policy, cfg, order_rng)
+            break
         except _Unusable as e:
             log.warning("checkpoint %s: %s; discarded", one, e)
+            discarded.append(one)
+    ranks.barrier()
+    if ranks.current().writer:
+        for one in discarded:
             shutil.rmtree(one, ignore_errors=True)
-    if candidates:
+    if progress is None and candidates:
         log.warning("no usable checkpoint in %s: training starts over", ckpt)
-    return Progress()
+    return progress or Progress()
 
 
 class _Unusable(Exception):
@@ -115,10 +140,7 @@ def _load(one: Path, policy, cfg: dict[str, Any], order_rng) -> Progress:
     params = adapter(policy.model)
     if {n: tuple(t.shape) for n, t in weights.items()} != {n: tuple(p.shape) for n, p in params.items()}:
         raise _Unusable("its adapter tensors differ from this policy's")
-    policy.opt.load_state_dict(trainer["optimizer"])
-    with torch.no_grad():
-        for name, p in params.items():
-            p.copy_(weights[name])
+    _restore(policy, weights, trainer["optimizer"])
     torch.set_rng_state(trainer["torch_rng"])
     if "cuda_rng" in trainer and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(trainer["cuda_rng"])   # sampling on a GPU draws from its generator
@@ -127,6 +149,26 @@ def _load(one: Path, policy, cfg: dict[str, Any], order_rng) -> Progress:
     return progress
 
 
+def _restore(policy, weights: dict[str, Any], optimizer: dict[str, Any]) -> None:
+    """The adapter's tensors and the optimizer's state into the policy (on ranks: each its shard)."""
+    if ranks.current().many:
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        whole = StateDictOptions(full_state_dict=True, strict=False)
+        set_model_state_dict(policy.model, weights, options=whole)
+        set_optimizer_state_dict(policy.model, policy.opt, optimizer, options=whole)
+        return
+    policy.opt.load_state_dict(optimizer)
+    with torch.no_grad():
+        for name, p in adapter(policy.model).items():
+            p.copy_(weights[name])
+
+
 def remove(ckpt: Path) -> None:
-    """Remove the stage's checkpoints once its output exists."""
-    shutil.rmtree(ckpt, ignore_errors=True)
+    """Remove the stage's checkpoints once its output exists (rank 0, on ranks)."""
+    if ranks.current().writer:
+        shutil.rmtree(ckpt, ignore_errors=True)

@@ -7,6 +7,7 @@ import numpy as np
 import torch
 
 from ..model.generate import rows_of
+from . import ranks
 from .policy import Policy
 
 
@@ -48,7 +49,7 @@ def rollout_loss(policy: Policy, ro, adv: torch.Tensor, beta: float, temperature
     (``chunked_loss``), and the loss comes back detached."""
     loss, kl = 0.0, 0.0
     batches = [ro.trace] + ([ro.snap] if ro.snap is not None else [])
-    if policy.loss_batch:
+    if policy.loss_batch or ranks.current().many:
         return chunked_loss(policy, batches, adv, beta, temperature)
     for b in batches:
         logp = policy.gen.token_logprobs(b, temperature)
@@ -71,28 +72,50 @@ def chunked_loss(policy: Policy, batches: list, adv: torch.Tensor, beta: float, 
 
 def accumulate_chunks(policy: Policy, batches: list, adv: torch.Tensor, beta: float, temperature: float):
     """The gradient of the mean over ``batches`` of policy_loss, accumulated ``policy.loss_batch``
-    rows at a time (chunked_loss; the instructor's utterance turns too). Returns (loss, mean k3,
-    max |log π − log π_ref| on completion tokens), the first two detached."""
+    rows at a time (chunked_loss; the instructor's utterance turns too); on ranks, each rank its
+    block of rows (loss_chunks), the gradient reduced in the step's last backward. Returns (loss,
+    mean k3, max |log π − log π_ref| on completion tokens) over the whole batch, the first two
+    detached."""
 
     policy.opt.zero_grad(set_to_none=True)
     loss, kl, gap = torch.zeros(()), torch.zeros(()), 0.0
-    for b in batches:
+    world = ranks.current().world
+    chunks = loss_chunks(policy, batches)
+    for i, (b, rows, weight) in enumerate(chunks):
         denom = b.completion_mask.sum().clamp(min=1).float()
-        for first in range(0, b.input_ids.shape[0], policy.loss_batch):
-            rows = list(range(first, min(first + policy.loss_batch, b.input_ids.shape[0])))
-            sub = rows_of(b, rows)
-            mask = sub.completion_mask.float()
-            if not mask.any():
-                continue
-            logp = policy.gen.token_logprobs(sub, temperature, completion_only=True)
+        sub = rows_of(b, rows)
+        mask = sub.completion_mask.float()
+        if not mask.any() and world == 1:
+            continue
+        with ranks.no_sync(policy.loss_model, last=i == len(chunks) - 1):
+            logp = (policy.loss_gen or policy.gen).token_logprobs(sub, temperature, completion_only=True)
             with torch.no_grad(), policy.model.disable_adapter():
                 ref = policy.gen.token_logprobs(sub, temperature, completion_only=True)
             part, part_kl = policy_loss(logp, ref, adv[rows].to(logp.device), mask.to(logp.device), beta)
-            share = mask.sum() / denom / len(batches)
-            (part * share.to(part.device)).backward()
-            loss, kl = loss + (part * share).detach().cpu(), kl + (part_kl * share).detach().cpu()
-            gap = max(gap, float(((logp.detach() - ref) * mask.to(logp.device)).abs().max()))
+            share = mask.sum() / denom / len(batches) * weight
+            (part * (share * world if world > 1 else share).to(part.device)).backward()
+        loss, kl = loss + (part * share).detach().cpu(), kl + (part_kl * share).detach().cpu()
+        gap = max(gap, float(((logp.detach() - ref) * mask.to(logp.device)).abs().max()))
+    if world > 1:
+        loss, kl = ranks.reduce(loss).float(), ranks.reduce(kl).float()
+        gap = float(ranks.reduce(gap, "max"))
     return loss, kl, gap
+
+
+def loss_chunks(policy: Policy, batches: list) -> list[tuple]:
+    """(batch, rows, weight) for each forward/backward of a step's loss: ``policy.loss_batch`` rows
+    at a time (0: a batch whole). On ranks, this rank's block of each batch in as many chunks as
+    every other rank (ranks.my_rows); a chunk it has no row for runs row 0 at weight 0, since under
+    FSDP every forward is a collective."""
+    out = []
+    for b in batches:
+        n = b.input_ids.shape[0]
+        if ranks.current().many:
+            out += [(b, rows, 1.0) if rows else (b, [0], 0.0) for rows in ranks.my_rows(n, policy.loss_batch)]
+        else:
+            out += [(b, list(range(first, min(first + policy.loss_batch, n))), 1.0)
+                    for first in range(0, n, policy.loss_batch)]
+    return out
 
 
 def completion_tokens(*batches) -> int:

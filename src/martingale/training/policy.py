@@ -12,8 +12,8 @@ from peft import LoraConfig, get_peft_model
 
 from .. import io
 from ..errors import StageError
-from ..model.load import describe, save
-from . import checkpoint
+from ..model.load import describe, load, save
+from . import checkpoint, ranks
 
 
 @dataclass
@@ -27,18 +27,32 @@ class Policy:
     adapter_dir: Path | None = None
     probes: tuple[str, ...] = ()
     loss_batch: int = 0             # model.loss_batch: rows per forward/backward of the loss (0 = all at once)
+    loss_gen: Any = None            # the backend the loss's forward goes through (ranks: the DDP wrapper)
+    loss_model: Any = None          # the module that forward is (its no_sync for accumulated chunks)
+    start_model: Path | None = None  # the start model's folder: FSDP rebuilds the policy whole from it to merge
+    stage: dict[str, Any] | None = None
+    model_cfg: dict[str, Any] | None = None
 
 
-def lora_policy(start, stage: dict[str, Any], model_cfg: dict[str, Any]) -> Policy:
-    """A LoRA adapter on the start backend's model (an in-process torch model), wrapped in the
-    same backend so the rollouts sample from the policy; AdamW on the adapter."""
-
+def lora_model(model, stage: dict[str, Any], model_cfg: dict[str, Any]):
+    """A LoRA adapter (r, α = 2r, no dropout) on ``model``'s ``model.lora_targets``."""
     r = int(stage["lora_r"])
-    model = get_peft_model(start.model, LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.0,
-                                                   target_modules=list(model_cfg["lora_targets"])))
+    return get_peft_model(model, LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.0,
+                                            target_modules=list(model_cfg["lora_targets"])))
+
+
+def lora_policy(start, stage: dict[str, Any], model_cfg: dict[str, Any], start_model: Path | None = None) -> Policy:
+    """A LoRA adapter on the start backend's model (an in-process torch model), wrapped in the
+    same backend so the rollouts sample from the policy, spread over the stage's ranks
+    (ranks.distribute); AdamW on the adapter."""
+
+    model, loss_model = ranks.distribute(lora_model(start.model, stage, model_cfg))
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=float(stage["lr"]), weight_decay=0.0)
-    return Policy(model, start.with_model(model), opt, params, loss_batch=int(model_cfg.get("loss_batch") or 0))
+    gen = start.with_model(model)
+    return Policy(model, gen, opt, params, loss_batch=int(model_cfg.get("loss_batch") or 0),
+                  loss_gen=gen if loss_model is model else start.with_model(loss_model), loss_model=loss_model,
+                  start_model=start_model, stage=stage, model_cfg=model_cfg)
 
 
 def serve_policy(policy: Policy, step: int | None = None) -> None:
@@ -70,9 +84,10 @@ def update(policy: Policy, loss: torch.Tensor) -> None:
 
 def check_adapter_finite(policy: Policy, name: str, step: int, stage: dict[str, Any]) -> None:
     """Stop the stage when an optimizer step left NaN/Inf in the adapter: otherwise the next
-    rollout fails inside the sampler with a message that does not say why."""
+    rollout fails inside the sampler with a message that does not say why (on ranks: in any shard)."""
     for tensor, p in checkpoint.adapter(policy.model).items():
-        if not torch.isfinite(p.detach()).all():
+        local = p.detach().to_local() if hasattr(p, "to_local") else p.detach()
+        if float(ranks.reduce(float(not torch.isfinite(local).all()), "max")):
             raise StageError(f"{name}: adapter weights hold NaN/Inf (tensor {tensor}) after step "
                              f"{step} (lr {stage['lr']}, kl_beta {stage['kl_beta']}): stopping")
 
@@ -80,11 +95,35 @@ def check_adapter_finite(policy: Policy, name: str, step: int, stage: dict[str, 
 def write_trained(out_dir: Path, policy: Policy, start_digest: str, tokenizer, history: list[dict[str, Any]],
                   info: dict[str, Any], unmoved: str) -> None:
     """Merge the adapter and write out_dir/model, train.jsonl and stage.json (``info`` and where the
-    model lives); a merged model equal to the start model fails the stage with ``unmoved`` instead."""
-    merged = policy.model.merge_and_unload()
+    model lives); a merged model equal to the start model fails the stage with ``unmoved`` instead.
+    On ranks, rank 0 alone writes, from the whole weights (FSDP: gathered into the policy rebuilt
+    from the start model)."""
+    r = ranks.current()
+    whole = policy.model
+    if r.many and r.strategy == "fsdp":
+        weights = ranks.full_tensors(checkpoint.adapter(policy.model).items())   # a collective: every rank
+        if r.writer:
+            whole = rebuilt(policy, weights)
+    if not r.writer:
+        return
+    if r.many:
+        info = {**info, "ranks": r.world, "strategy": r.strategy}
+    merged = whole.merge_and_unload()
     if weights_digest(merged) == start_digest:
         raise StageError(unmoved)
     with io.atomic_dir(out_dir) as tmp:
         save(merged, tokenizer, tmp)
         io.write_jsonl(tmp / "train.jsonl", history)
         io.write_json(tmp / "stage.json", {**describe(merged), **info})
+
+
+def rebuilt(policy: Policy, weights: dict[str, torch.Tensor]):
+    """The policy whole on this rank: the start model loaded again, the same LoRA adapter on it,
+    the gathered adapter ``weights`` copied in (FSDP's shards cannot be merged where they lie)."""
+    model, _ = load(policy.start_model, policy.model_cfg)
+    whole = lora_model(model, policy.stage, policy.model_cfg)
+    params = checkpoint.adapter(whole)
+    with torch.no_grad():
+        for name, p in params.items():
+            p.copy_(weights[name])
+    return whole

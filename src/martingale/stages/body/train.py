@@ -147,7 +147,7 @@ def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path
             if filter_info:
                 log.info("%s filter: %s", name, filter_info)
             start_digest = weights_digest(start.model)
-            policy = lora_policy(start, stage, cfg["model"])
+            policy = lora_policy(start, stage, cfg["model"], start_model)
             ckpt = checkpoint.folder(out_dir)
             policy.adapter_dir, policy.probes = ckpt.with_suffix(".adapter"), probes
             history = train_steps(policy, score, train_q, ctx, cfg, ckpt, name)

@@ -1,0 +1,65 @@
+"""A train stage on the fixture's untrained tiny model, on one rank (in this process) or on N
+through the real launcher (training/ranks.launch: torchrun): what tests/test_ranks.py runs in a
+child process, so a rank it kills, or a launch that hangs, cannot take the test process with it.
+
+    python tests/rankdriver.py MODEL_DIR OUT_DIR RANKS STRATEGY EPOCHS
+"""
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from martingale.config.schema import Config
+from martingale.errors import StageError
+from martingale.stages.body import train
+from martingale.threads import use_threads
+from martingale.training import ranks
+
+
+def tiny_cfg(epochs: int) -> dict:
+    """The tiny model of tests/conftest.py, 16 questions an epoch (8 and their negations), 4 steps."""
+    base = OmegaConf.to_container(OmegaConf.structured(Config), resolve=True)
+    model = {k: v for k, v in base["model"].items() if k != "distributed"}
+    model.update(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
+    stage = {**base["stages"]["s1"], "reward": "B", "batch_questions": 4, "generations": 2,
+             "epochs": epochs, "checkpoint_every": 2}
+    return {"world": {**base["world"], "n_train": 8, "n_heldout": 8}, "model": model, "seed": 0,
+            "stage": stage, "elicit": {**base["elicit"], "mode": "snap"}}
+
+
+def build_untrained(folder: Path) -> None:
+    """The untrained tiny model of tests/conftest.py, saved the way a stage saves one."""
+    import torch
+
+    from martingale.model.load import build_tiny, save
+    from martingale.model.tokenizer import build_tokenizer
+    from martingale.world import traces
+
+    cfg = tiny_cfg(1)
+    tok = build_tokenizer(traces.vocabulary(cfg["world"]["n_clue_types"]))
+    torch.manual_seed(0)
+    save(build_tiny(cfg["model"], tok), tok, folder)
+
+
+def main(model_dir: str, out_dir: str, n: str, strategy: str, epochs: str) -> int:
+    cfg = tiny_cfg(int(epochs))
+    use_threads(1)
+    if int(n) == 1:
+        train.run(cfg, Path(model_dir), Path(model_dir), Path(out_dir))
+        return 0
+    cfg = copy.deepcopy(cfg)
+    cfg["model"]["distributed"] = {"ranks": int(n), "strategy": strategy, "nodes": 1}
+    try:
+        ranks.launch("train", cfg, {"start_model": Path(model_dir), "judge_model": Path(model_dir)},
+                     Path(out_dir), 1)
+    except StageError as e:
+        print(f"martingale: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(*sys.argv[1:]))
