@@ -2,7 +2,12 @@
 through the real launcher (training/ranks.launch: torchrun): what tests/test_ranks.py runs in a
 child process, so a rank it kills, or a launch that hangs, cannot take the test process with it.
 
-    python tests/rankdriver.py MODEL_DIR OUT_DIR RANKS STRATEGY EPOCHS
+    python tests/rankdriver.py MODEL_DIR OUT_DIR RANKS STRATEGY EPOCHS [BACKEND]
+
+STRATEGY ``none``: in this process, no launcher (the 1-rank reference); else ddp | fsdp on RANKS
+ranks through the launcher (1 too: a world of one, as on a machine with one GPU). BACKEND ``vllm``:
+the model of tests/vllmserver.py served by a real vLLM server (rank 0's), the adapter reloaded every
+2 steps.
 """
 from __future__ import annotations
 
@@ -19,20 +24,32 @@ from martingale.threads import use_threads
 from martingale.training import ranks
 
 
-def tiny_cfg(epochs: int) -> dict:
-    """The tiny model of tests/conftest.py, 16 questions an epoch (8 and their negations), 4 steps."""
+def tiny_cfg(epochs: int, backend: str = "hf") -> dict:
+    """The tiny model of tests/conftest.py (of tests/vllmserver.py for vllm), 16 questions an epoch
+    (8 and their negations), 4 steps."""
     base = OmegaConf.to_container(OmegaConf.structured(Config), resolve=True)
-    model = {k: v for k, v in base["model"].items() if k != "distributed"}
-    model.update(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
+    if backend == "vllm":
+        from vllmserver import model_cfg
+        model = {k: v for k, v in model_cfg().items() if k != "distributed"}
+        model["vllm"]["reload_every"] = 2
+    else:
+        model = {k: v for k, v in base["model"].items() if k != "distributed"}
+        model.update(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
     stage = {**base["stages"]["s1"], "reward": "B", "batch_questions": 4, "generations": 2,
              "epochs": epochs, "checkpoint_every": 2}
     return {"world": {**base["world"], "n_train": 8, "n_heldout": 8}, "model": model, "seed": 0,
             "stage": stage, "elicit": {**base["elicit"], "mode": "snap"}}
 
 
-def build_untrained(folder: Path) -> None:
-    """The untrained tiny model of tests/conftest.py, saved the way a stage saves one."""
+def build_untrained(folder: Path, backend: str = "hf") -> None:
+    """The untrained tiny model of tests/conftest.py (tests/vllmserver.py's for vllm), saved the
+    way a stage saves one."""
     import torch
+
+    if backend == "vllm":
+        from vllmserver import build
+        build(folder, seed=0)
+        return
 
     from martingale.model.load import build_tiny, save
     from martingale.model.tokenizer import build_tokenizer
@@ -44,10 +61,10 @@ def build_untrained(folder: Path) -> None:
     save(build_tiny(cfg["model"], tok), tok, folder)
 
 
-def main(model_dir: str, out_dir: str, n: str, strategy: str, epochs: str) -> int:
-    cfg = tiny_cfg(int(epochs))
+def main(model_dir: str, out_dir: str, n: str, strategy: str, epochs: str, backend: str = "hf") -> int:
+    cfg = tiny_cfg(int(epochs), backend)
     use_threads(1)
-    if int(n) == 1:
+    if strategy == "none":
         train.run(cfg, Path(model_dir), Path(model_dir), Path(out_dir))
         return 0
     cfg = copy.deepcopy(cfg)

@@ -10,6 +10,9 @@ asks for 1 CPU, so the 2-core node runs two at once):
   jobs that run at the same time (from sacct);
 - the same targets built with profiles/local in another copy give byte-identical records, metrics
   and weights (the executor does not change a result);
+- a 2-rank arm (A-on-D on model.distributed.ranks=2): its train stage is one SLURM job asking for
+  both ranks' CPUs and memory, its ranks started by torchrun inside it, its steps A-on-D's within
+  tests/test_ranks.py's tolerance;
 - faults: two more arms, whose train jobs are scancel'd while they run: the profile's retry
   resubmits both; one is left to finish (its run completes), the other is cancelled again, which
   exhausts the retries: runs.json says "crashed", no partial stage folder is left, and a dry run
@@ -54,6 +57,7 @@ RUN_FILES = {
     "bp-on-D.yaml": "parent: D\nknob: stages.s1.reward=BP\n",
     "b-on-D.yaml": "parent: D\nknob: stages.s1.reward=B\n",
     "c-on-D.yaml": "parent: D\nknob: stages.s1.reward=C\n",
+    "A-on-D-2ranks.yaml": "parent: A-on-D\nknob: model.distributed.ranks=2\n",
 }
 # Fast status checks for a test whose jobs take ~30 s (the profile's 10 s suits real stages).
 FAST = ("--slurm-init-seconds-before-status-checks", "2", "--seconds-between-status-checks", "2")
@@ -403,3 +407,24 @@ def test_the_local_profile_gives_byte_identical_results(slurm_build, local_build
         weights = Path(store(trains[arm])) / "model" / "model.safetensors"
         assert (root / weights).read_bytes() == (slurm_root / weights).read_bytes(), weights
     assert compared == 12
+
+
+def test_a_two_rank_train_stage_is_one_slurm_job_holding_both_ranks(cluster, slurm_build):
+    from test_ranks import LOSS_RTOL
+    root, trains, _ = slurm_build
+    sid = train_sid(root, "A-on-D-2ranks")
+    assert sid != trains["A-on-D"]                # the ranks are in its id
+    res = smk(root, cluster.env, "--profile", "profiles/slurm", *FAST, "--jobs", "1", finished(sid))
+    assert res.returncode == 0, res.stderr[-5000:]
+    (job,) = sacct_jobs(cluster.env, run_uuid(res.stdout + res.stderr), expect=1)
+    tres = dict(kv.split("=", 1) for kv in job["tres"].split(","))
+    assert job["state"] == "COMPLETED" and tres["cpu"] == "2" and tres["mem"] == "3000M", job
+    stage = json.loads((root / store(sid) / "stage.json").read_text())
+    assert (stage["ranks"], stage["strategy"]) == (2, "ddp")
+    log = (root / "logs" / "train" / f"{sid}.log").read_text()
+    assert "rank 0 martingale: train stage" in log
+    rows = [[json.loads(x) for x in (root / store(s) / "train.jsonl").read_text().splitlines()]
+            for s in (trains["A-on-D"], sid)]
+    assert len(rows[0]) == len(rows[1]) > 0
+    for a, b in zip(*rows):
+        assert b["loss"] == pytest.approx(a["loss"], rel=LOSS_RTOL)

@@ -110,13 +110,25 @@ def server_env(model_cfg: dict[str, Any], scratch: str | None = None) -> dict[st
     a torch.distributed rendezvous file a start), so ``stop`` removes the folder (the next start,
     where the stage was killed before it could: _sweep_scratch); torch's
     compile cache stays where it was (TORCHINDUCTOR_CACHE_DIR), shared by the next start."""
-    env = {**{k: v for k, v in os.environ.items() if k not in THREAD_VARS},
+    env = {**{k: v for k, v in os.environ.items() if k not in THREAD_VARS and not _rank_var(k)},
            "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
            "VLLM_CPU_KVCACHE_SPACE": str(int(model_cfg["vllm"]["cpu_kv_cache_gib"]))}
+    if os.environ.get(SERVER_DEVICES):     # a ranked stage's server: the GPUs after its ranks'
+        env["CUDA_VISIBLE_DEVICES"] = os.environ[SERVER_DEVICES]
     if scratch:
         env["TORCHINDUCTOR_CACHE_DIR"] = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or _inductor_default()
         env["TMPDIR"] = scratch
     return env
+
+
+SERVER_DEVICES = "MARTINGALE_SERVER_DEVICES"
+RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+             "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def _rank_var(key: str) -> bool:
+    """A variable torchrun gives a rank: a server started by rank 0 is not one of its ranks."""
+    return key in RANK_VARS or key.startswith("TORCHELASTIC_")
 
 
 def _inductor_default() -> str:

@@ -23,5 +23,5 @@ class InstructorConfig:
 
 
 INSTRUCTOR = declare("instructor", "step", keys=("world", "model", "prompts", "simulate"),
-                     inputs=("start_model", "human_model"), per_seed=True, serves=True, trains=True,
+                     inputs=("start_model", "human_model"), per_seed=True, serves=True, trains=True, ranked=True,
                      section=Section("instructor", InstructorConfig))

@@ -96,7 +96,8 @@ def launch(kind: str, cfg: dict[str, Any], inputs: dict[str, Path], out_dir: Pat
         spec.write_text(json.dumps({"kind": kind, "cfg": cfg, "inputs": {k: str(v) for k, v in inputs.items()},
                                     "out_dir": str(out_dir), "ranks": ranks, "strategy": strategy,
                                     "threads": threads, "scratch": scratch}))
-        env = {**os.environ, SPEC_VAR: str(spec), "OMP_NUM_THREADS": str(threads)}
+        env = {**os.environ, SPEC_VAR: str(spec), "OMP_NUM_THREADS": str(threads),
+               **server_devices(cfg.get("model") or {}, ranks // nodes)}
         cmd = [*launcher(ranks, nodes, env), "-m", "martingale.rank", str(spec)]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         tail: list[str] = []
@@ -106,6 +107,18 @@ def launch(kind: str, cfg: dict[str, Any], inputs: dict[str, Path], out_dir: Pat
         code = proc.wait()
         if code != 0:
             raise StageError(failure(kind, ranks, Path(scratch), "".join(tail), code))
+
+
+def server_devices(model: dict[str, Any], per_node: int) -> dict[str, str]:
+    """Where rank 0's vLLM server runs on a GPU model: the node's GPUs after its ranks' (one each),
+    as many as its tensor parallel size ({MARTINGALE_SERVER_DEVICES: ...}; none on a CPU model)."""
+    gpus = int((model.get("resources") or {}).get("gpus") or 0)
+    if not gpus or model.get("backend") != "vllm" or model.get("server_url"):
+        return {}
+    tp = int((model.get("vllm") or {}).get("tensor_parallel_size", 1))
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = visible.split(",") if visible else [str(i) for i in range(gpus)]
+    return {"MARTINGALE_SERVER_DEVICES": ",".join(ids[per_node:per_node + tp])}
 
 
 ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)

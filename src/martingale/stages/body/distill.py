@@ -35,6 +35,7 @@ from trl import SFTConfig, SFTTrainer
 from ... import io
 from ...errors import StageError
 from ...model.load import describe, load, save
+from ...training import ranks
 from .common import log, make_world, seed_everything
 from .pretrain import mixture
 
@@ -85,19 +86,26 @@ def dataset(cfg: dict[str, Any]):
     return Dataset.from_dict({"prompt": [p for p, _ in pairs], "completion": [" " + c for _, c in pairs]})
 
 
-def sft_config(d: dict[str, Any], seed: int, output_dir: str, device: str = "cpu", dtype: str = "float32"):
-    """TRL's config for the D adapter; on a GPU the Trainer runs there, in the model's half precision."""
+def sft_config(d: dict[str, Any], seed: int, output_dir: str, device: str = "cpu", dtype: str = "float32",
+               world: int = 1, strategy: str = "ddp"):
+    """TRL's config for the D adapter; on a GPU the Trainer runs there, in the model's half precision.
+    On ``world`` ranks each takes 1/world of every batch (the Trainer's DDP: the same examples a
+    step, the loss averaged over the batch's tokens across the ranks)."""
     gpu = device.startswith("cuda")
+    if int(d["batch_size"]) % world:
+        raise StageError(f"distill: distill.batch_size {d['batch_size']} does not split over {world} ranks")
     return SFTConfig(
         output_dir=output_dir, use_cpu=not gpu, bf16=gpu and dtype == "bfloat16",
         fp16=gpu and dtype == "float16", report_to=[], save_strategy="no",
-        max_steps=int(d["steps"]), per_device_train_batch_size=int(d["batch_size"]),
+        max_steps=int(d["steps"]), per_device_train_batch_size=int(d["batch_size"]) // world,
         gradient_accumulation_steps=1, learning_rate=float(d["lr"]), lr_scheduler_type="cosine",
         warmup_steps=WARMUP, weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.98, max_grad_norm=1.0,
         seed=seed, data_seed=seed, dataloader_num_workers=0, dataloader_pin_memory=False,
         activation_checkpointing=False, logging_steps=1, logging_nan_inf_filter=False, disable_tqdm=True,
         completion_only_loss=True, packing=False, padding_free=False, max_length=None,
-        dataset_num_proc=None, eval_strategy="no", push_to_hub=False,
+        dataset_num_proc=None, eval_strategy="no", push_to_hub=False, ddp_find_unused_parameters=False,
+        **({"fsdp": "full_shard auto_wrap", "fsdp_config": {"version": 2, "transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]}}
+           if world > 1 and strategy == "fsdp" else {}),
     )
 
 
@@ -140,6 +148,7 @@ def run(cfg: dict[str, Any], base_model: Path, out_dir: Path) -> None:
 
 
     d, seed = cfg["distill"], distill_seed(cfg)
+    r = ranks.current()
     seed_everything(seed)
     model, tok = load(base_model, cfg["model"])
     where = describe(model)
@@ -153,9 +162,14 @@ def run(cfg: dict[str, Any], base_model: Path, out_dir: Path) -> None:
     try:
         with tempfile.TemporaryDirectory(prefix="martingale-distill-") as scratch:
             trainer = _trainer_class()(
-                model=model, args=sft_config(d, seed, scratch, **where), train_dataset=train, processing_class=tok,
+                model=model, args=sft_config(d, seed, scratch, **where, world=r.world, strategy=r.strategy), train_dataset=train,
+                processing_class=tok,
                 peft_config=lora_config(d, cfg["model"]),
                 callbacks=[_loss_callback(int(d["steps"]), history, losses, t0)])
+            if r.many and r.strategy == "fsdp" and not trainer.is_fsdp_enabled:
+                raise StageError(f"distill stage: TRL's Trainer did not shard the model under strategy fsdp "
+                                 f"({trainer.accelerator.distributed_type}: accelerate runs FSDP on GPUs only); "
+                                 "distil on ddp ranks, or on GPUs")
             for cb in (PrinterCallback, ProgressCallback):
                 trainer.remove_callback(cb)
             trainer.train()
@@ -165,10 +179,13 @@ def run(cfg: dict[str, Any], base_model: Path, out_dir: Path) -> None:
             datasets.enable_progress_bars()
     if not losses:
         raise StageError("distill logged no loss: no training step ran")
+    if not r.writer:
+        return                       # rank 0 writes D
     merged = peft_model.merge_and_unload()
     merged.config.use_cache = use_cache
     merged.eval()
     with io.atomic_dir(out_dir) as tmp:
         save(merged, tok, tmp)
         io.write_json(tmp / "stage.json", {"kind": "distill", "trainer": "trl.SFTTrainer", **where,
+                                           **({"ranks": r.world, "strategy": r.strategy} if r.many else {}),
                                            "final_loss": round(losses[-1], 6), "history": history})

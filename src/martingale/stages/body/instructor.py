@@ -43,13 +43,13 @@ from ...episodes.chat import NO_INSTRUCTOR
 from ...episodes.roles import role_model
 from ...errors import StageError
 from ...metrics import martingale_fit
-from ...model.backend import open_model
 from ...stats import MetricError
 from ...tracking import live_run
-from ...training import checkpoint
+from ...training import checkpoint, ranks
 from ...training.loss import accumulate_chunks, advantages, completion_tokens, policy_loss
 from ...training.policy import check_adapter_finite, lora_policy, serve_policy, update, weights_digest, write_trained
 from ...training.progress import Pace, report_step
+from ...training.shared import ranked_model
 from .common import make_world, seed_everything
 from .simulate import assert_spoke, check_config, is_chat, play
 
@@ -84,7 +84,7 @@ def utterance_loss(policy, played, adv, beta: float, temperature: float):
 
     loss, kl, gap = 0.0, 0.0, 0.0
     turns = [b for b in played.turns if b is not None]
-    if policy.loss_batch and torch.is_grad_enabled():
+    if (policy.loss_batch or ranks.current().many) and torch.is_grad_enabled():
         # every turn's graph at once held 17 GB for SmolLM2 (4 episodes × 2 turns: OOM-killed):
         # with model.loss_batch the gradient is accumulated a few episodes at a time, turn by turn
         return accumulate_chunks(policy, turns, adv, beta, temperature)
@@ -172,8 +172,8 @@ def run(cfg: dict[str, Any], start_model: Path, human_model: Path, out_dir: Path
     n = int(train["train_episodes"])
     order = np.random.default_rng([seed, 37])
     explore = {**sim, "instructor_temperature": float(train["temperature"])}   # the policy explores while it trains
-    human = open_model(human_model, role_model(cfg, "human") if chat else cfg["model"])
-    start = open_model(start_model, role_model(cfg, "instructor") if chat else cfg["model"])   # its own copy:
+    human = ranked_model(human_model, role_model(cfg, "human") if chat else cfg["model"])
+    start = ranked_model(start_model, role_model(cfg, "instructor") if chat else cfg["model"])   # its own copy:
     # the adapter goes on it, the human stays as it is
     history: list[dict[str, Any]] = []
     adapter_dir = checkpoint.folder(out_dir).with_suffix(".adapter")   # where a server backend loads it from
@@ -182,7 +182,7 @@ def run(cfg: dict[str, Any], start_model: Path, human_model: Path, out_dir: Path
         probes = probe_prompts(train_q, prompts_cfg=cfg.get("prompts"), tokenizer=start.tokenizer)
         guards = start.verify(list(probes))
         start_digest = weights_digest(start.model)
-        policy = lora_policy(start, stage, cfg["model"])
+        policy = lora_policy(start, stage, cfg["model"], start_model)
         policy.adapter_dir, policy.probes = adapter_dir, tuple(probes)
         pace, live = Pace(int(train["iterations"])), live_run()   # live: the stage's wandb run
         for it in range(int(train["iterations"])):

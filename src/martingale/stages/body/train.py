@@ -29,7 +29,6 @@ from ... import rewards
 from ...beliefs.elicit import judge_needed, probe_prompts, rollout
 from ...beliefs.readers import ReadContext
 from ...errors import StageError
-from ...model.backend import open_models
 from ...tracking import live_run
 from ...training import checkpoint
 from ...training.loss import advantages, completion_tokens, rollout_loss
@@ -43,6 +42,7 @@ from ...training.policy import (
     write_trained,
 )
 from ...training.progress import Pace, report_step, step_row
+from ...training.shared import ranked_models
 from .common import log, make_world, seed_everything
 
 FILTER_QUANTILE = {"top-half": 0.5, "top-quartile": 0.75}
@@ -138,7 +138,7 @@ def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path
     train_q, _ = world.splits()
     if stage["balance"]:
         train_q = train_q + [q.negation() for q in train_q]
-    with open_models(start_model, judge_model, cfg["model"], judge_needed(elicit)) as (start, judge):
+    with ranked_models(start_model, judge_model, cfg["model"], judge_needed(elicit)) as (start, judge):
         probes = tuple(probe_prompts(train_q, prompts_cfg=cfg.get("prompts"), tokenizer=start.tokenizer))
         guards = start.verify(list(probes))
         ctx = ReadContext(world=world, judge=judge, config=cfg)
