@@ -10,9 +10,9 @@ asks for 1 CPU, so the 2-core node runs two at once):
   jobs that run at the same time (from sacct);
 - the same targets built with profiles/local in another copy give byte-identical records, metrics
   and weights (the executor does not change a result);
-- a 2-rank arm (A-on-D on model.distributed.ranks=2): its train stage is one SLURM job asking for
-  both ranks' CPUs and memory, its ranks started by torchrun inside it, its steps A-on-D's within
-  tests/test_ranks.py's tolerance;
+- a 2-rank arm (A-on-D on model.distributed.ranks=2): its D and its train stage are one SLURM job
+  each, asking for both ranks' CPUs and memory, their ranks started by torchrun inside it, its
+  steps A-on-D's within tests/test_ranks.py's tolerance;
 - faults: two more arms, whose train jobs are scancel'd while they run: the profile's retry
   resubmits both; one is left to finish (its run completes), the other is cancelled again, which
   exhausts the retries: runs.json says "crashed", no partial stage folder is left, and a dry run
@@ -416,9 +416,11 @@ def test_a_two_rank_train_stage_is_one_slurm_job_holding_both_ranks(cluster, slu
     assert sid != trains["A-on-D"]                # the ranks are in its id
     res = smk(root, cluster.env, "--profile", "profiles/slurm", *FAST, "--jobs", "1", finished(sid))
     assert res.returncode == 0, res.stderr[-5000:]
-    (job,) = sacct_jobs(cluster.env, run_uuid(res.stdout + res.stderr), expect=1)
-    tres = dict(kv.split("=", 1) for kv in job["tres"].split(","))
-    assert job["state"] == "COMPLETED" and tres["cpu"] == "2" and tres["mem"] == "3000M", job
+    jobs = sacct_jobs(cluster.env, run_uuid(res.stdout + res.stderr), expect=2)   # its D is distilled on 2 ranks too
+    assert sorted(j["comment"].split("_")[1] for j in jobs) == ["distill", "train"], jobs
+    for job in jobs:
+        tres = dict(kv.split("=", 1) for kv in job["tres"].split(","))
+        assert job["state"] == "COMPLETED" and tres["cpu"] == "2" and tres["mem"] == "3000M", job
     stage = json.loads((root / store(sid) / "stage.json").read_text())
     assert (stage["ranks"], stage["strategy"]) == (2, "ddp")
     log = (root / "logs" / "train" / f"{sid}.log").read_text()
