@@ -260,9 +260,9 @@ def test_a_kinds_resources_are_constants_only_where_all_its_stages_agree(proj):
     write_run(proj, "llama.yaml", "parent: base\nknob: model=llama31_8b\n")
     plan, uniform = Plan.load(proj), Plan.load(FIXTURE).kind_resources("evaluate")
     assert uniform == {"threads": 1, "mem_mb": 4000, "runtime": 30, "gpu": None, "gpu_model": None,
-                       "device": "auto"}
+                       "device": "auto", "nodes": None}
     mixed = plan.kind_resources("evaluate")   # llama's evals ask for a GPU and 64000: per job
-    assert mixed == {"device": "auto"}
+    assert mixed == {"device": "auto", "nodes": None}
 
 
 def test_a_training_stage_on_a_cpu_has_its_thread_count_in_its_id_and_an_eval_does_not(proj):

@@ -260,7 +260,7 @@ def test_run_stage_writes_provenance_with_the_input_models_sha256(tmp_path, monk
         load(model)
         with io.atomic_dir(out_dir) as tmp:
             (tmp / "stage.json").write_text("{}\n")
-    monkeypatch.setattr(smk, "kinds", lambda: {"fake": SimpleNamespace(run=run)})
+    monkeypatch.setattr(smk, "kinds", lambda: {"fake": SimpleNamespace(run=run, ranked=False)})
     monkeypatch.setattr(smk, "track_stage", lambda snakemake: None)
     out = Path("results/_store/fake/fake-000000000002")
     job = SimpleNamespace(rule="fake", threads=1, input={"model": str(model / MANIFEST)}, output=[str(out / MANIFEST)],

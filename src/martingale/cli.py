@@ -492,6 +492,13 @@ questions_app = typer.Typer(help="Resolved binary forecasting questions in a JSO
 app.add_typer(questions_app, name="questions")
 
 
+def fail_with_problems(problems: list[str], summary: str) -> None:
+    """Each problem on its own ``error:`` line, then ``summary`` (``{n}``: "N problem(s)"), exit 1."""
+    for line in problems:
+        err.print(f"error: {line}", markup=False, style="bold red")
+    fail(summary.replace("{n}", f"{len(problems)} problem{'s' * (len(problems) != 1)}"))
+
+
 @questions_app.command("check")
 def questions_check(path: Path = typer.Argument(..., help="A questions file: one JSON object per line.")) -> None:
     """Validate a questions file: its counts, base rate and constant-predictor Brier, or each problem (exit 1).
@@ -501,9 +508,7 @@ def questions_check(path: Path = typer.Argument(..., help="A questions file: one
     try:
         s = summary(load_questions(path))
     except QuestionsError as e:
-        for line in e.problems:
-            err.print(f"error: {line}", markup=False, style="bold red")
-        fail(f"{path}: {len(e.problems)} problem{'s' * (len(e.problems) != 1)}; no questions loaded")
+        fail_with_problems(e.problems, f"{path}: {{n}}; no questions loaded")
         return
     table = Table(title="questions")
     table.add_column("")
@@ -536,9 +541,7 @@ def questions_import(
     try:
         found = import_forecastbench(list(files))
     except ImportProblem as e:
-        for line in e.problems:
-            err.print(f"error: {line}", markup=False, style="bold red")
-        fail(f"questions import: {len(e.problems)} problem{'s' * (len(e.problems) != 1)}; nothing written")
+        fail_with_problems(e.problems, "questions import: {n}; nothing written")
         return
     if not found.rows:
         fail(f"questions import: no resolved market question in {len(files)} files; nothing written")

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from .errors import StageError
+from .io import write_text
 from .provenance import collecting
 from .stages import kinds
 from .threads import use_threads
@@ -51,7 +52,7 @@ def main(spec_path: str) -> int:
         peer = "Connection closed by peer" in line or "Connection reset" in line
         scratch = Path(spec["scratch"])
         if scratch.is_dir():
-            (scratch / f"rank-{rank}.error").write_text(("peer: " if peer else "") + line + "\n")
+            write_text(scratch / f"rank-{rank}.error", ("peer: " if peer else "") + line + "\n")
         print(line, file=sys.stderr, flush=True)
         return 1
     return 0

@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from .. import io
 from ..errors import StageError
 from . import ranks_of
 
@@ -86,16 +88,13 @@ def launch(kind: str, cfg: dict[str, Any], inputs: dict[str, Path], out_dir: Pat
     """Run stage kind ``kind`` on the ranks its model config asks for, this job waiting on them:
     their log lines go to this job's log; a rank that fails fails the stage in one line naming it
     (torchrun stops the others: none is left waiting on a collective)."""
-    import json
-    import tempfile
-
     ranks, strategy, nodes = ranks_of(cfg.get("model"))
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{out_dir.name}.ranks-", dir=out_dir.parent) as scratch:
         spec = Path(scratch) / "spec.json"
-        spec.write_text(json.dumps({"kind": kind, "cfg": cfg, "inputs": {k: str(v) for k, v in inputs.items()},
+        io.write_json(spec, {"kind": kind, "cfg": cfg, "inputs": {k: str(v) for k, v in inputs.items()},
                                     "out_dir": str(out_dir), "ranks": ranks, "strategy": strategy,
-                                    "threads": threads, "scratch": scratch}))
+                                    "threads": threads, "scratch": scratch})
         env = {**os.environ, SPEC_VAR: str(spec), "OMP_NUM_THREADS": str(threads),
                **server_devices(cfg.get("model") or {}, ranks // nodes)}
         cmd = [*launcher(ranks, nodes, env), "-m", "martingale.rank", str(spec)]
