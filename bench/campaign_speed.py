@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import plan_bench  # noqa: E402
 
-from martingale import buildlog  # noqa: E402
+from martingale.jobs import buildlog  # noqa: E402
 
 NOT_STAGES = {"aggregate", "runs_table", "all"}
 
@@ -98,7 +98,7 @@ def split(prof: Path) -> dict[str, float]:
     """Profiled seconds: total, our plan, our per-job functions (top-level calls only)."""
     st = pstats.Stats(str(prof)).stats   # type: ignore[attr-defined]
     total = max(v[3] for v in st.values())
-    plan = sum(v[3] for f, v in st.items() if f[0].endswith("martingale/plan.py") and f[2] == "load")
+    plan = sum(v[3] for f, v in st.items() if f[0].endswith("martingale/plan/__init__.py") and f[2] == "load")
     per_job = 0.0
     for f, (_, _, _, _, callers) in st.items():
         if f[0].endswith("common.smk") and f[2] != "<module>":

@@ -7,7 +7,7 @@ evaluate s0, s1 → aggregate). One uninterrupted reference build; then per kind
 of the reference with that kind's stages and everything downstream removed, a Snakemake started
 in its own process group and SIGKILLed (the whole group: Snakemake and its jobs, as a lost node)
 at a random moment while a stage of that kind runs; a plain rerun must refuse on the stale lock,
-`martingale.locks.stale_lock` must say so, `--unlock` then a rerun must finish (with
+`martingale.store.locks.stale_lock` must say so, `--unlock` then a rerun must finish (with
 `--rerun-incomplete`, as the profiles set: a kill just after a stage's rename leaves an output
 Snakemake did not see finish, which it then rebuilds), and every stage's
 MANIFEST.json (the sha256 of each of its files) must equal the reference's.
@@ -27,8 +27,8 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from martingale.locks import stale_lock  # noqa: E402
-from martingale.manifest import MANIFEST, problems, store_folders  # noqa: E402
+from martingale.store.locks import stale_lock  # noqa: E402
+from martingale.store.manifest import MANIFEST, problems, store_folders  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))

@@ -44,10 +44,10 @@ if label == "aggregate":
     t = time.perf_counter()
     write_run_results(*args, **kw)
 else:
-    from martingale.smk import compute_threads
+    from martingale.jobs.smk import compute_threads
     from martingale.stages import kinds
     from martingale.store import stage_dir
-    from martingale.threads import use_threads
+    from martingale.core.threads import use_threads
     if label.startswith(("train-", "eval-")):       # a stage of the run's own seed chain
         kind, _, name = label.partition("-")
         row = next(r for r in plan.run_stages(run) if r.stage == name)

@@ -44,11 +44,11 @@ def main() -> None:
     args = ap.parse_args()
 
     from martingale import rewards
+    from martingale.core.threads import use_threads
+    from martingale.jobs.smk import compute_threads
     from martingale.plan import Plan
-    from martingale.smk import compute_threads
     from martingale.stages import kinds
     from martingale.store import stage_dir
-    from martingale.threads import use_threads
 
     plan = Plan.load(ROOT)
     rows = [r for r in plan.run_stages(args.run) if r.stage == args.stage and (args.seed is None or r.seed == args.seed)]

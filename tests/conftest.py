@@ -17,7 +17,7 @@ def pytest_configure(config):
     spin while they wait). The suite on 2 cores: 32.4 min in one process, 28.6 with two workers of
     2 threads, 23.8 and 28.5 with two of one. Jobs and servers the tests start set their own counts."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        from martingale.threads import use_threads
+        from martingale.core.threads import use_threads
         use_threads(1)
 
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from martingale.deattenuation import deattenuate
 from martingale.metrics import ms_ci
 from martingale.stats import ms_slope
+from martingale.stats.deattenuation import deattenuate
 from martingale.world.synthetic import SyntheticWorld
 
 

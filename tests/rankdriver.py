@@ -18,9 +18,9 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from martingale.config.schema import Config
-from martingale.errors import StageError
+from martingale.core.errors import StageError
+from martingale.core.threads import use_threads
 from martingale.stages.body import train
-from martingale.threads import use_threads
 from martingale.training import ranks
 
 

@@ -3,13 +3,13 @@ import json
 
 import pytest
 
-from martingale import io
 from martingale.records.aggregate import write_run_results
+from martingale.store import files
 
 
 def _eval_dir(path, brier, ms, seed):
-    io.write_json(path / "metrics.json", {"n": 2, "brier": brier, "ms": ms, "ms_ci": [ms - 0.1, ms + 0.1]})
-    io.write_jsonl(path / "records.jsonl", [
+    files.write_json(path / "metrics.json", {"n": 2, "brier": brier, "ms": ms, "ms_ci": [ms - 0.1, ms + 0.1]})
+    files.write_jsonl(path / "records.jsonl", [
         {"qid": "ho00000", "y": 1, "prior": 0.6, "posterior": 0.7, "seed": seed, "completion": "think ..."},
         {"qid": "ho00001", "y": 0, "prior": 0.4, "posterior": None, "seed": seed, "completion": "think"}])
     return path
@@ -30,10 +30,10 @@ def test_seeds_are_aggregated_as_mean_and_sd_per_stage(tmp_path):
     assert s1["brier"]["mean"] == pytest.approx(0.22) and s1["brier"]["sd"] == pytest.approx(0.0282843, rel=1e-4)
     assert s1["brier"]["per_seed"] == [0.20, 0.24] and s1["seeds"] == [41, 42]
     assert result["stage_order"] == ["s0", "s1"] and result["knob"] == "seeds=[41,42]"
-    rows = io.read_jsonl(out / "records.jsonl")
+    rows = files.read_jsonl(out / "records.jsonl")
     assert len(rows) == 8 and {r["stage"] for r in rows} == {"s0", "s1"}
     assert all("completion" not in r for r in rows)
-    assert json.loads((out / "eval.json").read_text()) == json.loads(io.canonical_json(result))
+    assert json.loads((out / "eval.json").read_text()) == json.loads(files.canonical_json(result))
 
 
 def test_single_seed_stage_keeps_plain_metrics(tmp_path):
@@ -63,8 +63,8 @@ def test_a_chat_episode_runs_eval_json_holds_its_transcripts_and_an_embedded_run
         d.mkdir()
         _eval_dir(d, 0.25, 0.05, 42)
     said = [{"turn": 0, "role": "human", "text": "P = 0.6", "p": 0.6}]
-    rows = [dict(r, lean=1, transcript=said) for r in io.read_jsonl(chat / "records.jsonl")]
-    io.write_jsonl(chat / "records.jsonl", rows)
+    rows = [dict(r, lean=1, transcript=said) for r in files.read_jsonl(chat / "records.jsonl")]
+    files.write_jsonl(chat / "records.jsonl", rows)
     lineage = [{"run_id": "c", "parent": None, "knob": None}]
     ev = [{"stage": "s0", "seed": 42, "model_stage": "m", "eval_stage": "e"}]
     got = write_run_results("c", {}, lineage, [dict(ev[0], dir=chat)], tmp_path / "out-chat", plots=False)

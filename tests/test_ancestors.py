@@ -1,5 +1,5 @@
 """Building a run also aggregates each ancestor whose aggregate needs nothing beyond that build
-(martingale.cost.ancestors_to_aggregate): its evals and its parent's, and everything upstream of
+(martingale.plan.cost.ancestors_to_aggregate): its evals and its parent's, and everything upstream of
 them, from the plan alone. An ancestor that would need another stage stays as it is: a child's
 build never trains or evaluates for an ancestor.
 """
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from martingale.cost import ancestors_to_aggregate, build_stages, upstream
 from martingale.plan import Plan
+from martingale.plan.cost import ancestors_to_aggregate, build_stages, upstream
 
 from projcopy import FIXTURE, make_project
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from martingale.config.compose import Composer
-from martingale.errors import StageError
+from martingale.core.errors import StageError
 from martingale.model.api_client import ApiClient
 
 from projcopy import FIXTURE, REPO
@@ -317,8 +317,8 @@ def test_a_failed_stage_job_prints_one_line_and_keeps_the_traceback_in_its_log(t
     log = tmp_path / "logs/simulate/abc.log"
     script = f"""
 import types
-from martingale.errors import StageError
-from martingale.smk import run_logged
+from martingale.core.errors import StageError
+from martingale.jobs.smk import run_logged
 smk = types.SimpleNamespace(rule="simulate", wildcards=types.SimpleNamespace(sid="simulate-abc"), log=[{str(log)!r}])
 smk.wildcards = ["simulate-abc"]
 def body():

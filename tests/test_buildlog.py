@@ -1,7 +1,7 @@
 """Jobs of a build read from Snakemake's log: starts, ends, and how many ran at once."""
 from __future__ import annotations
 
-from martingale import buildlog
+from martingale.jobs import buildlog
 
 # Snakemake 9.27's log, trimmed to what the reader uses (plus a line it must skip)
 LOG = """host: sandbox

@@ -150,7 +150,7 @@ def _mute(tmp_path: Path) -> Path:
 @pytest.mark.slow
 @pytest.mark.real("smollm2")
 def test_a_silent_chat_instructor_fails_the_stage_and_writes_nothing(tmp_path, one_thread):
-    from martingale.errors import StageError
+    from martingale.core.errors import StageError
     from martingale.stages.body import simulate
     mute = _mute(tmp_path)
     out = tmp_path / "out"
@@ -217,7 +217,7 @@ def test_a_chat_instructor_stage_fails_on_a_silent_instructor_or_a_no_op_adapter
     gives zero advantages, so the step leaves LoRA's B at zero and the adapter changes nothing the
     instructor says (what a LoRA that never served looks like from the utterances)."""
     from martingale import rewards
-    from martingale.errors import StageError
+    from martingale.core.errors import StageError
     from martingale.stages.body import instructor
 
     with rewards.REWARDS.temporarily():
@@ -243,7 +243,7 @@ def test_api_roles_behind_a_keyed_vllm_server_are_cached_and_the_key_written_now
     from omegaconf import OmegaConf
 
     from martingale.config.schema import ModelConfig
-    from martingale.errors import StageError
+    from martingale.core.errors import StageError
     from martingale.model.vllm import Server
     from martingale.stages.body import simulate
     server_side, project = tmp_path / "endpoint", tmp_path / "project"

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from martingale.errors import StageError
-from martingale.manifest import MANIFEST
+from martingale.core.errors import StageError
 from martingale.stages.body import train
+from martingale.store.manifest import MANIFEST
 from martingale.training import checkpoint
 from martingale.training.policy import Policy, check_adapter_finite, lora_policy
 

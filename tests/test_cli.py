@@ -119,8 +119,8 @@ def test_table_writes_runs_json_runs_md_and_runs_html(proj):
 
 
 def test_status_prints_the_tree_with_states_and_the_runs_whose_parent_is_done_and_needs_met(proj, monkeypatch):
-    from martingale.needs import unmet
     from martingale.plan import Plan
+    from martingale.plan.needs import unmet
     monkeypatch.delenv("DEEPSEEK_API_KEY", raising=False)
     write_run(proj, "deepseek.yaml", "parent: null\nknob: setup=deepseek_c2\n")
     (proj / "data").symlink_to(REPO / "data")

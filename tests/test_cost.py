@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from martingale import cost
 from martingale.cli import app
-from martingale.plan import Plan
+from martingale.plan import Plan, cost
 
 from projcopy import make_project, proj  # noqa: F401 (proj: fixture)
 

@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from martingale.cli import app
-from martingale.locks import live_snakemakes, stale_lock
+from martingale.store.locks import live_snakemakes, stale_lock
 
 from projcopy import SMOKE, make_project
 
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slow
 
 
 def started(root: Path) -> Path | None:
-    """The pretrain job's log once it has a line, or its temp folder (io.atomic_dir)."""
+    """The pretrain job's log once it has a line, or its temp folder (files.atomic_dir)."""
     logs = [p for p in (root / "logs" / "pretrain").glob("*.log") if p.stat().st_size > 0] \
         if (root / "logs" / "pretrain").is_dir() else []
     store = root / "results" / "_store" / "pretrain"
@@ -72,7 +72,7 @@ def test_a_build_killed_with_sigkill_shows_crashed_not_running(tmp_path):
     assert row["state"] == "crashed", row
     assert row["log"] is not None and row["log"].startswith("logs/pretrain/pretrain-"), row
     assert "stage failed" not in (root / row["log"]).read_text()   # cut off: no failure written
-    # Killed while its folder was being written (io.atomic_dir's temp folder left behind, as a kill
+    # Killed while its folder was being written (files.atomic_dir's temp folder left behind, as a kill
     # during the save leaves it): still crashed, not running, since no live Snakemake holds the lock.
     sid = Path(row["log"]).stem
     (root / "results" / "_store" / "pretrain" / f".{sid}.k9x.tmp").mkdir(parents=True, exist_ok=True)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from martingale.effects import beat_counts
 from martingale.metrics import stage_metrics, table_columns
+from martingale.stats.effects import beat_counts
 from martingale.world.jsonl import as_question
 from martingale.world.questions import ForecastQuestion
 

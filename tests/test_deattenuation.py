@@ -12,8 +12,14 @@ from oracle_check import oracle_check
 from scipy import stats
 
 from martingale.config.sections import WorldConfig
-from martingale.deattenuation import deattenuate, measurement_variance, ms_adjusted, ms_instrumented, reliability
 from martingale.metrics import MetricError, stage_metrics
+from martingale.stats.deattenuation import (
+    deattenuate,
+    measurement_variance,
+    ms_adjusted,
+    ms_instrumented,
+    reliability,
+)
 
 
 @pytest.mark.parametrize("seed", [0, 1])

@@ -12,10 +12,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from martingale import io
-from martingale.effects import EffectError, brier_effect, ms_effect, pair_records, paired_effect, replicate_summary
 from martingale.metrics import MetricError, stage_metrics
 from martingale.records.aggregate import forest_rows, write_run_results
+from martingale.stats.effects import (
+    EffectError,
+    brier_effect,
+    ms_effect,
+    pair_records,
+    paired_effect,
+    replicate_summary,
+)
+from martingale.store import files
 
 
 def _data(n=300, seed=0, better=0.05):
@@ -204,8 +211,8 @@ def _eval(path, seed, shift, entrench, n=80, eval_stage=None):
              "posterior": float(post[i]), "stated": float(post[i]), "trace_cut": float(prior[i]),
              "trace_last": float(post[i]), "bayes_end": float(bayes[i]), "completion": "think"} for i in range(n)]
     path.mkdir(parents=True)
-    io.write_jsonl(path / "records.jsonl", recs)
-    io.write_json(path / "metrics.json", stage_metrics(recs, 100, 0.95, seed))
+    files.write_jsonl(path / "records.jsonl", recs)
+    files.write_json(path / "metrics.json", stage_metrics(recs, 100, 0.95, seed))
     return path
 
 
@@ -235,7 +242,7 @@ def test_aggregate_writes_the_knobs_effect_per_stage_and_the_headline(tmp_path):
     out = tmp_path / "results/filter-s2only"
     result = write_run_results("filter-s2only", CFG, LINEAGE, child, out, parent_evals=parent)
     ev = json.loads((out / "eval.json").read_text())
-    assert ev == json.loads(io.canonical_json(result))
+    assert ev == json.loads(files.canonical_json(result))
     s0, s2 = ev["stages"]["s0"]["effect"], ev["stages"]["s2"]["effect"]
     assert s0["same_eval_stage"] and s0["brier"]["delta"] == 0 and s0["brier"]["p_t"] is None
     assert "every paired difference is 0" in s0["brier"]["undefined"]["p_t"]
@@ -247,7 +254,7 @@ def test_aggregate_writes_the_knobs_effect_per_stage_and_the_headline(tmp_path):
     assert head["parent"] == "filter-twostage" and head["knob"] == "stages.s1.filter=null"
     assert head["headline"]["stage"] == "s2" and head["headline"]["brier_delta"] == s2["brier"]["delta"]
     assert ev["stages"]["s2"]["counts"]["beats_parent"] == "1/1"
-    from martingale.plots import PLOTS
+    from martingale.records.plots import PLOTS
     assert sorted(p.name for p in (out / "plots").iterdir()) == sorted(f"{n}.png" for n in PLOTS)
 
 

@@ -117,7 +117,7 @@ def test_filter_s2only_shows_its_knobs_paired_effect_against_filter_twostage(bui
 
 
 def test_every_plot_of_the_run_exists_as_a_png(built):
-    from martingale.plots import PLOTS
+    from martingale.records.plots import PLOTS
     for name in PLOTS:
         data = (built / "results/filter-s2only/plots" / f"{name}.png").read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, name
@@ -145,7 +145,7 @@ def test_run_folder_holds_config_lineage_and_per_question_records(built):
 def test_stage_jobs_run_on_their_one_thread_and_two_run_at_once_on_two_cores(built):
     # the tiny model asks for 1 CPU (2 for pretrain, alone at the start): with --cores 2, two stage
     # jobs ran side by side
-    from martingale import buildlog
+    from martingale.jobs import buildlog
     stage_logs = [p for p in (built / "logs").glob("*/*.log") if p.parent.name != "aggregate"]
     assert {p.parent.name for p in stage_logs} >= {"pretrain", "distill", "train", "evaluate"}
     for log in stage_logs:
@@ -248,10 +248,10 @@ def test_the_wandb_key_in_the_environment_is_written_nowhere(built):
 
 
 def test_same_seed_gives_byte_identical_records(built, tmp_path):
-    from martingale.io import read_json
     from martingale.plan import Plan
     from martingale.stages.body import evaluate, train
     from martingale.store import stage_dir
+    from martingale.store.files import read_json
     plan = Plan.load(built)
     ev = next(e for e in plan.evals("filter-s2only") if e["stage"] == "s2")
     s2 = plan.stages[ev["model_stage"]]

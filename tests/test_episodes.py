@@ -3,8 +3,8 @@ instructor mode lists first, what the human hears, and the silent-instructor gua
 import numpy as np
 import pytest
 
+from martingale.core.errors import StageError
 from martingale.episodes import synthetic as ep
-from martingale.errors import StageError
 from martingale.stages.body.simulate import Played, assert_spoke, check_spoken
 from martingale.world.synthetic import SyntheticWorld
 

@@ -6,11 +6,11 @@ from omegaconf import OmegaConf
 from scipy.special import expit
 
 from martingale.config.sections import WorldConfig
-from martingale.effects import beat_counts
 from martingale.metrics import overconfidence, stage_metrics
 from martingale.stages.body.distill import teacher_traits
 from martingale.stages.body.evaluate import balanced
 from martingale.stages.distill import DistillConfig
+from martingale.stats.effects import beat_counts
 from martingale.world import traces
 from martingale.world.synthetic import Question, SyntheticWorld
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from martingale import rewards
-from martingale.errors import StageError
+from martingale.core.errors import StageError
 from martingale.stages.body import evaluate, train
 
 
@@ -100,7 +100,7 @@ def test_the_simulate_stage_under_its_parse_rate_floor_fails_and_writes_nothing(
     (lambda tmp: tmp / "missing", r"is not a folder \(no such path\) \(.*`make smollm2`\)"),
 ])
 def test_a_model_path_that_is_not_a_model_folder_is_refused_before_anything_is_linked(tmp_path, make, why):
-    from martingale.errors import StageError
+    from martingale.core.errors import StageError
     from martingale.stages.body import weights
     path = make(tmp_path)
     with pytest.raises(StageError, match=r"^model\.path: .*" + why) as e:

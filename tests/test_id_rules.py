@@ -1,12 +1,12 @@
-"""What enters an id is declared at the setting (domains.setting(in_id=...)) and read by one function
-for every stage's id and every run's identity (domains.identity): each rule as it reads."""
+"""What enters an id is declared at the setting (settings.setting(in_id=...)) and read by one function
+for every stage's id and every run's identity (settings.identity): each rule as it reads."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from types import SimpleNamespace
 
 from martingale.config import sections as core
-from martingale.domains import COUNT, OMIT, Int, identity, omitted_at, omitted_unless, setting
+from martingale.core.settings import COUNT, OMIT, Int, identity, omitted_at, omitted_unless, setting
 
 TRAIN = SimpleNamespace(serves=True, place="step", questions=True)
 PRETRAIN = SimpleNamespace(serves=False, place="source", questions=False)

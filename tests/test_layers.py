@@ -16,9 +16,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # schema is computed from their registries; the plan above config (it composes and validates runs);
 # records, the table and the entry points on top.
 LAYERS: list[tuple[str, set[str]]] = [
-    ("foundation", {"errors", "domains", "io", "lazy", "manifest", "provenance", "registry", "threads", "locks", "stats",
-                    "store", "tracking"}),
-    ("science", {"deattenuation", "metrics", "effects", "rewards", "replicates"}),
+    ("foundation", {"core", "store"}),
+    ("science", {"stats", "metrics", "rewards"}),
     ("model", {"model"}),
     ("world", {"world"}),
     ("beliefs", {"beliefs"}),
@@ -26,10 +25,10 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("training", {"training"}),
     ("stages", {"stages"}),
     ("config", {"config"}),
-    ("plan", {"needs", "plan", "cost"}),
-    ("records", {"records", "plots"}),
+    ("plan", {"plan"}),
+    ("records", {"records"}),
     ("table", {"table"}),
-    ("entry", {"smk", "warm", "cli", "buildlog", "rank", ""}),   # "": the package's own __init__
+    ("entry", {"jobs", "cli", ""}),   # "": the package's own __init__
 ]
 RANK = {unit: rank for rank, (_, units) in enumerate(LAYERS) for unit in units}
 LAYER_NAME = {unit: name for name, units in LAYERS for unit in units}
@@ -42,7 +41,7 @@ def module_name(path: Path) -> str:
 
 def imports() -> list[tuple[str, str, int]]:
     """(importer, imported module, line) for every martingale import under src/, resolved to a
-    module where the name is one (``from . import io`` -> martingale.io)."""
+    module where the name is one (``from . import io`` -> martingale.store.files)."""
     files = sorted((SRC / "martingale").rglob("*.py"))
     modules = {module_name(p) for p in files}
     edges = []

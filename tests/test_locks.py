@@ -4,7 +4,7 @@ from __future__ import annotations
 import subprocess
 import time
 
-from martingale.locks import live_snakemakes, locked, stale_lock
+from martingale.store.locks import live_snakemakes, locked, stale_lock
 
 
 def lock(root):

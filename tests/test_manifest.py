@@ -8,24 +8,24 @@ from types import SimpleNamespace
 
 import pytest
 
-from martingale import io
-from martingale.manifest import MANIFEST, CorruptArtifact, problems, require, store_folders
-from martingale.smk import run_stage
+from martingale.jobs.smk import run_stage
+from martingale.store import files
+from martingale.store.manifest import MANIFEST, CorruptArtifact, problems, require, store_folders
 
 
 def stage(tmp_path: Path, name: str = "train-0123456789ab") -> Path:
     out = tmp_path / "results/_store/train" / name
-    with io.atomic_dir(out) as tmp:
+    with files.atomic_dir(out) as tmp:
         (tmp / "model").mkdir()
         (tmp / "model/model.safetensors").write_bytes(bytes(range(256)) * 64)
-        io.write_json(tmp / "stage.json", {"kind": "train"})
+        files.write_json(tmp / "stage.json", {"kind": "train"})
     return out
 
 
 def test_a_finished_stage_carries_a_manifest_of_every_file(tmp_path):
     out = stage(tmp_path)
     assert (out / MANIFEST).is_file() and problems(out) == []
-    assert set(io.read_json(out / MANIFEST)["files"]) == {"model/model.safetensors", "stage.json"}
+    assert set(files.read_json(out / MANIFEST)["files"]) == {"model/model.safetensors", "stage.json"}
 
 
 def test_same_size_garbage_in_the_weights_is_found_and_named(tmp_path):
@@ -85,7 +85,7 @@ def test_martingale_verify_names_a_corrupted_stage_and_removes_it_on_request(tmp
 def test_a_stage_killed_after_its_body_finished_leaves_no_folder_behind(tmp_path, monkeypatch):
     # Snakemake deletes a failed job's output (the manifest): the folder must go with it, or the
     # store holds a finished-looking stage with no manifest (a kill while mirroring to wandb).
-    import martingale.smk as smk
+    import martingale.jobs.smk as smk
     weights = tmp_path / "llama"
     weights.mkdir()
     (weights / "config.json").write_text("{}")

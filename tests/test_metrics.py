@@ -68,7 +68,6 @@ from hypothesis.extra.numpy import arrays
 from sklearn.calibration import calibration_curve
 from sklearn.metrics import brier_score_loss
 
-from martingale.deattenuation import DEATT_KEYS
 from martingale.metrics import (
     N_BINS,
     STAGE_METRICS,
@@ -85,6 +84,7 @@ from martingale.metrics import (
     trace_coherence,
 )
 from martingale.stats import MIN_CI_PAIRS, bootstrap_ci, ms_slope, nan_array, nan_matrix, too_few_for_ci
+from martingale.stats.deattenuation import DEATT_KEYS
 
 PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 EDGES = np.linspace(0, 1, N_BINS + 1)

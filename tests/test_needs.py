@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from martingale.needs import Need, unmet
 from martingale.plan import Plan
+from martingale.plan.needs import Need, unmet
 from martingale.table.rows import build_table
 
 from projcopy import make_project, run_files, write_run

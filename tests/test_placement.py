@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from martingale.errors import StageError
+from martingale.core.errors import StageError
 from martingale.model.load import placement
 from martingale.plan import Plan
 

@@ -7,9 +7,9 @@ import sys
 import numpy as np
 import pytest
 
-from martingale.effects import paired_effect
 from martingale.metrics import stage_metrics
-from martingale.plots import PLOTS, write_plots
+from martingale.records.plots import PLOTS, write_plots
+from martingale.stats.effects import paired_effect
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from martingale import io, rewards, tracking
+from martingale import rewards
 from martingale.stages.body import train
+from martingale.store import files, tracking
 from martingale.training.policy import lora_policy
 from martingale.training.progress import Pace, report_step
 
@@ -52,7 +53,7 @@ def run_steps(cfg: dict, model_dir: Path, work: Path) -> bytes:
     policy = lora_policy(open_model(model_dir, cfg["model"]), cfg["stage"], cfg["model"])
     history = train.train_steps(policy, rewards.bind("B", cfg["stage"]), train_q,
                                 ReadContext(world=world, config=cfg), cfg, work / ".ckpt", "train stage")
-    io.write_jsonl(work / "train.jsonl", history)
+    files.write_jsonl(work / "train.jsonl", history)
     return (work / "train.jsonl").read_bytes()
 
 
@@ -163,7 +164,7 @@ def test_no_stage_context_or_disabled_wandb_means_no_wandb_run(tmp_path, monkeyp
 def test_mirror_finishes_the_live_run_with_the_summary_and_only_the_steps_it_missed(tmp_path, monkeypatch):
     rows = [{"step": i, "loss": 1.0 / (i + 1)} for i in range(3)]
     (tmp_path / "out").mkdir()
-    io.write_jsonl(tmp_path / "out/train.jsonl", rows)
+    files.write_jsonl(tmp_path / "out/train.jsonl", rows)
     fake = FakeRun()
     monkeypatch.setattr(tracking, "_stage_run_args", lambda *a: {})
     monkeypatch.setattr(tracking, "_init", lambda **kw: fake)

@@ -11,9 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from martingale import io, manifest, provenance
-from martingale.manifest import MANIFEST
-from martingale.provenance import FILE, collecting
+from martingale.store import files, manifest, provenance
+from martingale.store.manifest import MANIFEST
+from martingale.store.provenance import FILE, collecting
 
 from projcopy import proj, write_eval  # noqa: F401 (proj: fixture)
 
@@ -25,7 +25,7 @@ def _sha(path: Path) -> str:
 def _stage(out: Path, root: Path, body=lambda tmp: (tmp / "stage.json").write_text("{}\n")) -> dict:
     """Write a stage folder under a collector; its provenance.json."""
     with collecting(out, root):
-        with io.atomic_dir(out) as tmp:
+        with files.atomic_dir(out) as tmp:
             body(tmp)
     return json.loads((out / FILE).read_text())
 
@@ -33,7 +33,7 @@ def _stage(out: Path, root: Path, body=lambda tmp: (tmp / "stage.json").write_te
 def _store_model(root: Path, src: Path, sid: str = "pretrain-000000000001") -> Path:
     """A model stage folder in root's store holding a copy of src as its model/."""
     folder = root / "results" / "_store" / sid.split("-")[0] / sid
-    with io.atomic_dir(folder) as tmp:
+    with files.atomic_dir(folder) as tmp:
         shutil.copytree(src, tmp / "model")
     return folder
 
@@ -56,7 +56,7 @@ class FakeHttp:
 def test_stage_folder_written_under_a_collector_holds_provenance_json_in_its_manifest(tmp_path):
     out = tmp_path / "results" / "_store" / "eval" / "eval-000000000001"
     _stage(out, tmp_path)
-    assert FILE in io.read_json(out / MANIFEST)["files"]
+    assert FILE in files.read_json(out / MANIFEST)["files"]
     assert manifest.problems(out) == []
 
 
@@ -69,10 +69,10 @@ def test_provenance_records_the_versions_of_python_torch_transformers_peft_trl_a
 
 
 def test_nothing_is_written_without_an_active_collector(tmp_path):
-    with io.atomic_dir(tmp_path / "s") as tmp:
+    with files.atomic_dir(tmp_path / "s") as tmp:
         (tmp / "stage.json").write_text("{}\n")
     assert not (tmp_path / "s" / FILE).exists()
-    assert set(io.read_json(tmp_path / "s" / MANIFEST)["files"]) == {"stage.json"}
+    assert set(files.read_json(tmp_path / "s" / MANIFEST)["files"]) == {"stage.json"}
 
 
 def test_recording_without_an_active_collector_hashes_nothing(tmp_path, monkeypatch):
@@ -87,7 +87,7 @@ def test_only_the_collected_stage_folder_gets_provenance_not_a_checkpoint_it_wri
     out = tmp_path / "stage"
 
     def body(tmp):
-        with io.atomic_dir(tmp_path / "ckpt" / "00000001") as ck:
+        with files.atomic_dir(tmp_path / "ckpt" / "00000001") as ck:
             (ck / "trainer.pt").write_bytes(b"t")
         (tmp / "stage.json").write_text("{}\n")
     _stage(out, tmp_path, body)
@@ -194,7 +194,7 @@ def test_provenance_json_is_sorted_and_has_no_clock_or_host(tmp_path):
     import socket
     _stage(tmp_path / "s", tmp_path)
     text = (tmp_path / "s" / FILE).read_text()
-    assert text == io.canonical_json(json.loads(text))
+    assert text == files.canonical_json(json.loads(text))
     assert socket.gethostname() not in text and str(tmp_path) not in text
 
 
@@ -251,14 +251,14 @@ def test_the_served_vllm_server_version_is_recorded(tmp_path, vllm_served):
 # --- the stage job, the aggregate, the runs table --------------------------------------------
 
 def test_run_stage_writes_provenance_with_the_input_models_sha256(tmp_path, monkeypatch, untrained_model):
-    from martingale import smk
+    from martingale.jobs import smk
     from martingale.model.load import load
     monkeypatch.chdir(tmp_path)
     model = _store_model(tmp_path, untrained_model / "model").relative_to(tmp_path)
 
     def run(cfg, out_dir, model):
         load(model)
-        with io.atomic_dir(out_dir) as tmp:
+        with files.atomic_dir(out_dir) as tmp:
             (tmp / "stage.json").write_text("{}\n")
     monkeypatch.setattr(smk, "kinds", lambda: {"fake": SimpleNamespace(run=run, ranked=False)})
     monkeypatch.setattr(smk, "track_stage", lambda snakemake: None)
@@ -267,7 +267,7 @@ def test_run_stage_writes_provenance_with_the_input_models_sha256(tmp_path, monk
                           params=SimpleNamespace(cfg={}), wildcards=SimpleNamespace(sid=out.name),
                           resources=SimpleNamespace())
     smk.run_stage(job)
-    doc = io.read_json(out / FILE)
+    doc = files.read_json(out / FILE)
     assert doc["weights"] == {f"{model.as_posix()}/model": {
         "model.safetensors": _sha(untrained_model / "model" / "model.safetensors")}}
     assert manifest.problems(out) == [] and provenance.active() is None
@@ -276,10 +276,10 @@ def test_run_stage_writes_provenance_with_the_input_models_sha256(tmp_path, monk
 def _eval_folder(root: Path, sid: str, doc: dict | None) -> Path:
     d = root / "results" / "_store" / sid.split("-")[0] / sid
     d.mkdir(parents=True)
-    io.write_json(d / "metrics.json", {"n": 1, "brier": 0.2, "ms": 0.0})
-    io.write_jsonl(d / "records.jsonl", [{"qid": "q0", "y": 1, "prior": 0.5, "posterior": 0.6}])
+    files.write_json(d / "metrics.json", {"n": 1, "brier": 0.2, "ms": 0.0})
+    files.write_jsonl(d / "records.jsonl", [{"qid": "q0", "y": 1, "prior": 0.5, "posterior": 0.6}])
     if doc is not None:
-        io.write_json(d / FILE, doc)
+        files.write_json(d / FILE, doc)
     return d
 
 
@@ -296,7 +296,7 @@ def test_eval_json_carries_the_provenance_of_each_eval_and_model_stage(tmp_path)
                                [{"stage": "s1", "seed": 0, "dir": d, "model_stage": "train-000000000003",
                                  "eval_stage": "eval-000000000004"}], tmp_path / "results" / "r", plots=False)
     assert result["stage_provenance"] == {"eval-000000000004": DOC, "train-000000000003": train_doc}
-    assert io.read_json(tmp_path / "results" / "r" / "eval.json")["stage_provenance"] == result["stage_provenance"]
+    assert files.read_json(tmp_path / "results" / "r" / "eval.json")["stage_provenance"] == result["stage_provenance"]
 
 
 def test_eval_json_of_stages_without_provenance_has_none(tmp_path):

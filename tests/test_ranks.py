@@ -138,13 +138,13 @@ def test_a_launch_that_starts_independent_copies_fails_in_one_line(model, tmp_pa
     spec.write_text(json.dumps({"kind": "train", "cfg": {}, "inputs": {}, "out_dir": str(tmp_path / "out"),
                                 "ranks": 2, "strategy": "ddp", "threads": 1, "scratch": str(tmp_path)}))
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    plain = subprocess.run([sys.executable, "-m", "martingale.rank", str(spec)],
+    plain = subprocess.run([sys.executable, "-m", "martingale.jobs.rank", str(spec)],
                            capture_output=True, text=True, env=env, timeout=120)
     assert plain.returncode == 1
     assert plain.stderr.strip().splitlines()[-1] == (
         "train stage: started as a world of 1 where model.distributed.ranks is 2: launch it with torchrun "
         "(a launcher that starts independent copies, such as `accelerate launch --cpu`, trains 2 separate models)")
-    one = subprocess.run([*ranks.launcher(1, 1, {}), "-m", "martingale.rank", str(spec)],
+    one = subprocess.run([*ranks.launcher(1, 1, {}), "-m", "martingale.jobs.rank", str(spec)],
                          capture_output=True, text=True, env=env, timeout=120)
     assert one.returncode != 0 and "started as a world of 1 where model.distributed.ranks is 2" in one.stderr
     assert not (tmp_path / "out").exists()
@@ -158,7 +158,7 @@ def _rank_pid(rank: int) -> int | None:
             env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"martingale.rank" in cmd and f"RANK={rank}".encode() in env:
+        if b"martingale.jobs.rank" in cmd and f"RANK={rank}".encode() in env:
             return int(pid)
     return None
 

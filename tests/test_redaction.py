@@ -1,4 +1,4 @@
-"""No key-like environment value is ever written: every writer in martingale.io replaces it (and
+"""No key-like environment value is ever written: every writer in martingale.store.files replaces it (and
 its JSON/YAML-escaped forms) with "[redacted:<VARNAME>]"; the redactor follows os.environ."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from martingale import io
+from martingale.store import files
 
 CANARY = "canary-SECRET-value-0123456789"
 MARK = "[redacted:WANDB_API_KEY]"
@@ -22,12 +22,12 @@ def canary(monkeypatch):
 
 
 WRITERS = {
-    "write_bytes": lambda p, s: io.write_bytes(p, f"key={s}\n".encode("utf-8")),
-    "write_text": lambda p, s: io.write_text(p, f"key={s}\n"),
-    "write_text_if_changed": lambda p, s: io.write_text_if_changed(p, f"key={s}\n"),
-    "write_json": lambda p, s: io.write_json(p, {"wandb": {"project": s}, s: [s, 1.5]}),
-    "write_jsonl": lambda p, s: io.write_jsonl(p, [{"a": s}, {"b": f"x{s}y"}]),
-    "write_yaml": lambda p, s: io.write_yaml(p, {"project": s, "note": f"uses {s} " * 12}),
+    "write_bytes": lambda p, s: files.write_bytes(p, f"key={s}\n".encode("utf-8")),
+    "write_text": lambda p, s: files.write_text(p, f"key={s}\n"),
+    "write_text_if_changed": lambda p, s: files.write_text_if_changed(p, f"key={s}\n"),
+    "write_json": lambda p, s: files.write_json(p, {"wandb": {"project": s}, s: [s, 1.5]}),
+    "write_jsonl": lambda p, s: files.write_jsonl(p, [{"a": s}, {"b": f"x{s}y"}]),
+    "write_yaml": lambda p, s: files.write_yaml(p, {"project": s, "note": f"uses {s} " * 12}),
 }
 
 
@@ -41,19 +41,19 @@ def test_every_writer_redacts_a_key_in_the_environment(tmp_path, canary, writer)
 
 
 def test_redacted_json_and_yaml_still_parse_with_the_marker_as_a_string(tmp_path, canary):
-    io.write_json(tmp_path / "a.json", {"project": canary})
-    io.write_yaml(tmp_path / "a.yaml", {"project": canary})
-    io.write_jsonl(tmp_path / "a.jsonl", [{"project": canary}])
+    files.write_json(tmp_path / "a.json", {"project": canary})
+    files.write_yaml(tmp_path / "a.yaml", {"project": canary})
+    files.write_jsonl(tmp_path / "a.jsonl", [{"project": canary}])
     assert json.loads((tmp_path / "a.json").read_text())["project"] == MARK
     assert yaml.safe_load((tmp_path / "a.yaml").read_text())["project"] == MARK
-    assert io.read_jsonl(tmp_path / "a.jsonl") == [{"project": MARK}]
+    assert files.read_jsonl(tmp_path / "a.jsonl") == [{"project": MARK}]
 
 
 def test_escaped_forms_of_a_secret_are_redacted_too(tmp_path, monkeypatch):
     secret = 'p"a\\ss\'wörd-123'
     monkeypatch.setenv("DB_PASSWORD", secret)
-    io.write_json(tmp_path / "a.json", {"x": secret})
-    io.write_yaml(tmp_path / "a.yaml", {"x": secret, "long": ("word " * 20) + secret})
+    files.write_json(tmp_path / "a.json", {"x": secret})
+    files.write_yaml(tmp_path / "a.yaml", {"x": secret, "long": ("word " * 20) + secret})
     for name in ("a.json", "a.yaml"):
         text = (tmp_path / name).read_text(encoding="utf-8")
         assert "[redacted:DB_PASSWORD]" in text
@@ -64,24 +64,24 @@ def test_escaped_forms_of_a_secret_are_redacted_too(tmp_path, monkeypatch):
                                   "AUTH_HEADER", "openai_api_key"])
 def test_every_key_like_name_counts(tmp_path, monkeypatch, name):
     monkeypatch.setenv(name, CANARY)
-    io.write_text(tmp_path / "a.txt", CANARY)
+    files.write_text(tmp_path / "a.txt", CANARY)
     assert (tmp_path / "a.txt").read_text() == f"[redacted:{name}]"
 
 
 def test_short_values_and_other_names_are_left_alone(tmp_path, monkeypatch):
     monkeypatch.setenv("API_KEY", "short")          # under 8 characters
     monkeypatch.setenv("MARTINGALE_WEIGHTS", "/models/weights-folder")   # not a key-like name
-    io.write_text(tmp_path / "a.txt", "short /models/weights-folder")
+    files.write_text(tmp_path / "a.txt", "short /models/weights-folder")
     assert (tmp_path / "a.txt").read_text() == "short /models/weights-folder"
 
 
 def test_the_redactor_follows_changes_to_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_API_KEY", "first-secret-value")
-    io.write_text(tmp_path / "a.txt", "first-secret-value")
+    files.write_text(tmp_path / "a.txt", "first-secret-value")
     monkeypatch.setenv("WANDB_API_KEY", "second-secret-value")
-    io.write_text(tmp_path / "b.txt", "first-secret-value second-secret-value")
+    files.write_text(tmp_path / "b.txt", "first-secret-value second-secret-value")
     monkeypatch.delenv("WANDB_API_KEY")
-    io.write_text(tmp_path / "c.txt", "second-secret-value")
+    files.write_text(tmp_path / "c.txt", "second-secret-value")
     assert (tmp_path / "a.txt").read_text() == MARK
     assert (tmp_path / "b.txt").read_text() == f"first-secret-value {MARK}"
     assert (tmp_path / "c.txt").read_text() == "second-secret-value"
@@ -89,12 +89,12 @@ def test_the_redactor_follows_changes_to_the_environment(tmp_path, monkeypatch):
 
 def test_write_text_if_changed_compares_the_redacted_text(tmp_path, canary):
     path = tmp_path / "runs.json"
-    assert io.write_text_if_changed(path, f"[{canary}]")
-    assert not io.write_text_if_changed(path, f"[{canary}]")   # unchanged: not rewritten
+    assert files.write_text_if_changed(path, f"[{canary}]")
+    assert not files.write_text_if_changed(path, f"[{canary}]")   # unchanged: not rewritten
 
 
 def test_the_redactor_is_compiled_once_per_environment(canary):
-    assert io.redactor() is io.redactor()
+    assert files.redactor() is files.redactor()
 
 
 def test_new_never_writes_a_key_pasted_into_a_run_file(tmp_path, canary):
@@ -117,7 +117,7 @@ def test_new_never_writes_a_key_pasted_into_a_run_file(tmp_path, canary):
 def test_a_job_log_opened_with_open_log_is_redacted(tmp_path, canary):
     import logging
     path = tmp_path / "logs" / "train" / "x.log"
-    with io.open_log(path) as log:
+    with files.open_log(path) as log:
         print("key is", canary, file=log)
         handler = logging.StreamHandler(log)
         logger = logging.getLogger("martingale.test_redaction")
@@ -131,15 +131,15 @@ def test_a_job_log_opened_with_open_log_is_redacted(tmp_path, canary):
 
 
 def test_only_io_writes_files_in_the_package():
-    """Every text/bytes file the tool writes goes through martingale.io (and so the redaction).
+    """Every text/bytes file the tool writes goes through martingale.store.files (and so the redaction).
     Known exceptions, each named: the stage manifest (sha256 hashes and file names only), the
     weights/tokenizer that transformers save (binary tensors, the model's own config), a training
     checkpoint's optimizer and RNG state (torch.save, binary tensors), the LoRA adapter a training
     stage saves for a vLLM server (binary tensors), and the vLLM server's own stdout (its argv and
-    progress; the server is given no secret). Job logs are appended through io.open_log, which
+    progress; the server is given no secret). Job logs are appended through files.open_log, which
     redacts each write."""
     src = Path(__file__).resolve().parents[1] / "src" / "martingale"
-    allowed = {("manifest.py", "write_text("), ("model/load.py", "save_pretrained("),
+    allowed = {("store/manifest.py", "write_text("), ("model/load.py", "save_pretrained("),
                ("training/checkpoint.py", "torch.save("), ("model/vllm.py", "model.save_pretrained(folder)"),
                ("training/shared.py", "model.save_pretrained(folder, state_dict=whole)"),
                ("model/vllm.py", 'open(log_path, "w"')}
@@ -148,10 +148,10 @@ def test_only_io_writes_files_in_the_package():
     found = []
     for path in sorted(src.rglob("*.py")):
         rel = path.relative_to(src).as_posix()
-        if rel == "io.py":
+        if rel == "store/files.py":
             continue
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             m = pattern.search(line)
             if m and not any(rel == f and tok in line for f, tok in allowed):
                 found.append(f"{rel}:{n}: {line.strip()}")
-    assert not found, "files written outside martingale.io:\n" + "\n".join(found)
+    assert not found, "files written outside martingale.store.files:\n" + "\n".join(found)

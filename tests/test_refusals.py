@@ -18,7 +18,7 @@ from martingale.cli import app
 from martingale.config.compose import Composer, check_domains, flatten
 from martingale.config.runs import RUN_ID_MAX, RUN_ID_PATTERN, run_id_problem
 from martingale.config.schema import Config, choices, domain_key, domains
-from martingale.domains import InChoices
+from martingale.core.settings import InChoices
 
 from projcopy import FIXTURE, REPO, snapshot
 
@@ -205,7 +205,7 @@ def test_every_leaf_of_the_schema_has_a_domain_and_every_domain_a_leaf():
     leaves = _leaves(Config)
     assert len(leaves) > 60
     missing = [k for k in leaves if domain_key(k) not in domains()]
-    assert not missing, f"no domain (domains.setting) for: {missing}"
+    assert not missing, f"no domain (settings.setting) for: {missing}"
     named = {domain_key(k) for k in leaves}
     assert not set(domains()) - named, f"domains for keys the schema does not have: {set(domains()) - named}"
 

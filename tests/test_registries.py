@@ -156,7 +156,7 @@ def test_evaluate_opens_the_judge_model_only_when_the_reader_needs_it(
 
 
 def test_a_registry_takes_each_name_once_and_forgets_a_tests_extension():
-    from martingale.registry import Registry
+    from martingale.core.registry import Registry
     table = Registry("widget", {"a": 1})
     with table.temporarily():
         table.add("b", 2)

@@ -1,4 +1,4 @@
-"""Findings decided over seeds (martingale/replicates.py): the random-effects combination holds its
+"""Findings decided over seeds (martingale/stats/replicates.py): the random-effects combination holds its
 level where the seeds spread, a question-only interval does not; equivalence, BH q and the seeds a
 finding would need."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from martingale.replicates import bh_q, combine, se_from_ci, seeds_needed
+from martingale.stats.replicates import bh_q, combine, se_from_ci, seeds_needed
 
 
 @pytest.mark.parametrize("tau, s", [(0.02, 0.007), (0.05, 0.005)])

@@ -146,14 +146,14 @@ def _play_with(root: Path, instructor, strict: bool = True):
 
 @pytest.mark.slow
 def test_an_empty_instructor_fails_the_episode_stage(built):
-    from martingale.errors import StageError
+    from martingale.core.errors import StageError
     with pytest.raises(StageError, match="said nothing"):
         _play_with(built, Silent)
 
 
 @pytest.mark.slow
 def test_a_trained_instructor_that_speaks_as_its_start_model_fails_the_episode_stage(built, tmp_path):
-    from martingale.errors import StageError
+    from martingale.core.errors import StageError
     from martingale.stages.body import simulate
     noop = tmp_path / "noop-instructor"
     shutil.copytree(_pretrained(built), noop)       # "trained", but its weights are the start model's
@@ -165,7 +165,7 @@ def test_a_trained_instructor_that_speaks_as_its_start_model_fails_the_episode_s
 
 @pytest.mark.slow
 def test_an_instructor_adapter_that_is_never_applied_fails_the_instructor_stage(built, tmp_path, monkeypatch):
-    from martingale.errors import StageError
+    from martingale.core.errors import StageError
     from martingale.stages.body import instructor
     monkeypatch.setattr(instructor, "update", lambda policy, loss: None)   # the optimizer step never lands
     out = tmp_path / "out"
@@ -186,7 +186,7 @@ class HalfSilent(Silent):
 
 @pytest.mark.slow
 def test_while_training_an_empty_utterance_marks_its_episode_silent_and_an_all_silent_turn_still_fails(built):
-    from martingale.errors import StageError
+    from martingale.core.errors import StageError
     played = _play_with(built, HalfSilent, strict=False)
     assert played.silent == [i % 2 == 1 for i in range(len(played.episodes))]
     with pytest.raises(StageError, match="said nothing"):

@@ -146,7 +146,7 @@ def store(sid: str) -> str:
 
 def finished(sid: str) -> str:
     """The file Snakemake builds for a stage: its manifest, written last inside the stage folder."""
-    from martingale.manifest import MANIFEST
+    from martingale.store.manifest import MANIFEST
     return f"{store(sid)}/{MANIFEST}"
 
 
@@ -355,7 +355,7 @@ def test_exhausted_retries_leave_no_partial_output_and_the_run_is_crashed(cluste
     assert not folder.exists()
     assert not list(folder.parent.glob(f".{sid}.*")), "a partial (temp) stage folder was left behind"
     assert not (root / "results" / FAULT_ARMS["crashed"]).exists()
-    # the stage's own log: the stage saw the SIGTERM (martingale.smk turns it into an error)
+    # the stage's own log: the stage saw the SIGTERM (martingale.jobs.smk turns it into an error)
     stage_log = (root / "logs/train" / f"{sid}.log").read_text(errors="replace")
     slurm_logs = sorted((root / ".snakemake/slurm_logs/rule_train" / sid).glob("*.log"))
     assert [p.stem for p in slurm_logs] == sorted(cancelled["crashed"])

@@ -82,7 +82,7 @@ def test_a_stage_that_leaves_the_real_model_unmoved_fails(tmp_path):
     start: the stage fails "did not move" instead of writing a model that is its start model."""
     from peft import LoraConfig, get_peft_model
 
-    from martingale.errors import StageError
+    from martingale.core.errors import StageError
     from martingale.model.load import load
     from martingale.training.policy import Policy, weights_digest, write_trained
     model, tok = load(MODEL, {"dtype": "float32", "device": "cpu"})

@@ -102,7 +102,7 @@ def test_a_no_op_adapter_on_the_real_architecture_is_caught_as_not_applied(smoll
     serving it must fail the guard, as it does on the embedded model."""
     from peft import LoraConfig, get_peft_model
 
-    from martingale.errors import StageError
+    from martingale.core.errors import StageError
     backend, prompts = smollm2
     policy = get_peft_model(backend.local.model, LoraConfig(r=8, lora_alpha=16, target_modules=list(backend.cfg["lora_targets"])))
     try:

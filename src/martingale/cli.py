@@ -14,18 +14,17 @@ from rich.console import Console
 from rich.table import Table
 from rich.tree import Tree
 
-from . import cost
 from .config.compose import flatten
 from .config.runs import RunError, RunTree, display_path, run_id_problem
-from .domains import ProjectPath
-from .io import redact, write_jsonl, write_text
-from .locks import live_snakemakes, locked, stale_lock
-from .manifest import problems, store_folders
-from .needs import Need, unmet
-from .plan import Plan, current_index
-from .plots import episodes_by_mode
-from .replicates import MIN_SEEDS
+from .core.settings import ProjectPath
+from .plan import Plan, cost, current_index
+from .plan.needs import Need, unmet
+from .records.plots import episodes_by_mode
+from .stats.replicates import MIN_SEEDS
 from .store import stage_dir
+from .store.files import redact, write_jsonl, write_text
+from .store.locks import live_snakemakes, locked, stale_lock
+from .store.manifest import problems, store_folders
 from .table import OUTPUTS, TableError, build_table, findings, fmt, load_claims, write_table
 from .world.forecastbench import ImportProblem, import_forecastbench
 from .world.jsonl import exported_rows
@@ -415,7 +414,7 @@ def plan(runs: Optional[List[str]] = typer.Argument(None, help="Run-ids (default
 
 def _plan_cost(p, ids: list[str]) -> None:
     """`plan --cost`: the stages `snakemake results/<run>/eval.json` needs for these runs (each run's
-    chain and its parent's), new or reused, with estimated hours (martingale.cost); the budget."""
+    chain and its parent's), new or reused, with estimated hours (martingale.plan.cost); the budget."""
 
     est = cost.estimate(p, cost.build_stages(p, ids), STATE.root)
     h = cost.hours

@@ -1,7 +1,7 @@
 """A stage kind with its own section: a step that would cool the model (``anneal.cooling``)."""
 from dataclasses import dataclass
 
-from martingale.domains import OPEN_UNIT, Section, setting
+from martingale.core.settings import OPEN_UNIT, Section, setting
 from martingale.stages import stage_kind
 
 

@@ -2,7 +2,7 @@
 import time
 from dataclasses import dataclass
 
-from martingale.domains import Int, Section, setting
+from martingale.core.settings import Int, Section, setting
 from martingale.model.backend import backend
 from martingale.model.hf import HFBackend
 

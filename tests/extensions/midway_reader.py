@@ -2,7 +2,7 @@
 from dataclasses import dataclass
 
 from martingale.beliefs.readers import reader
-from martingale.domains import OPEN_UNIT, Section, setting
+from martingale.core.settings import OPEN_UNIT, Section, setting
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """A reward with a parameter of its own: −|y − stated P|^power, ``power`` a new key of the stage
 that uses it (``stages.<s>.power``), declared here with its domain."""
-from martingale.domains import Real, setting
+from martingale.core.settings import Real, setting
 from martingale.rewards import reward
 
 

@@ -5,12 +5,12 @@ import inspect
 import sys
 from pathlib import Path
 
-from martingale import cost, warm
 from martingale.config.runs import RUN_ID_PATTERN, RunError
-from martingale.manifest import MANIFEST
-from martingale.plan import Plan
-from martingale.store import ID_PATTERN, STORE, stage_dir
+from martingale.jobs import warm
+from martingale.plan import Plan, cost
 from martingale.stages import kinds
+from martingale.store import ID_PATTERN, STORE, stage_dir
+from martingale.store.manifest import MANIFEST
 from snakemake.common import overwrite_function_params
 
 ROOT = Path(workflow.basedir)
@@ -39,7 +39,7 @@ def sid_pattern(kind):
 @functools.cache
 def buildable_runs():
     """The runs `all` builds: every run not marked invalid whose needs this machine meets
-    (martingale.needs: weights, vLLM, an API key, a GPU). Each run skipped is named once, with what
+    (martingale.plan.needs: weights, vLLM, an API key, a GPU). Each run skipped is named once, with what
     it lacks; a target named on the command line is built whatever its needs."""
     build, skipped = PLAN.buildable_run_ids(cluster=workflow.non_local_exec)
     for run, missing in skipped.items():
@@ -246,7 +246,7 @@ def table_inputs(wildcards):
 
 
 def check_budget():
-    """Before any job runs: estimate the stage jobs Snakemake is about to run (martingale.cost) and
+    """Before any job runs: estimate the stage jobs Snakemake is about to run (martingale.plan.cost) and
     stop in one line if that exceeds budget.gpu_hours or budget.cpu_hours of conf/config.yaml,
     unless --config allow_over_budget=1. Runs in onstart: after the DAG is built, never in a dry run
     (-n), --touch or --no-hooks; `martingale plan --cost` previews the same estimate."""
@@ -267,7 +267,7 @@ WARM_MIN_JOBS = 4   # a build of fewer jobs gains nothing: the worker's imports 
 
 def start_warm_worker():
     """A local build of WARM_MIN_JOBS jobs or more runs them in warm children of one worker that
-    imports torch and the rest once (martingale.warm: a job then starts in a fraction of a second
+    imports torch and the rest once (martingale.jobs.warm: a job then starts in a fraction of a second
     instead of ~7-10 s); a smaller build, a cluster executor's jobs and `--config warm=0` run each
     job in its own process."""
     if workflow.non_local_exec or str(config.get("warm", 1)).lower() in ("0", "false", "no"):

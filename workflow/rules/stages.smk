@@ -4,7 +4,7 @@
 # output is its MANIFEST.json (sha256 of every file, written last, inside the folder's one atomic
 # rename): a folder without one is not a finished stage, for Snakemake as for us. Its benchmark
 # (logs/<kind>/<id>.benchmark.tsv, the job's wall seconds) is what `martingale plan --cost` and the
-# budget check estimate new stages from (martingale.cost).
+# budget check estimate new stages from (martingale.plan.cost).
 
 
 for kind in STAGE_KINDS.values():

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..domains import COUNT, NONNEG, SERVED_NAME, Flag, Int, ProjectPath, SecretVar, Url, setting
+from ..core.settings import COUNT, NONNEG, SERVED_NAME, Flag, Int, ProjectPath, SecretVar, Url, setting
 from ..model.api_client import FATAL, ApiClient, ApiError, choice_text  # noqa: F401 (FATAL: the judge's refusals)
 
 _STATED = re.compile(r"\bP\s*(?:=|:|≈)\s*[-+]?(?:\d+(?:[.,]\d+)?|[.,]\d+)(?:[eE][-+]?\d+)?(?:\s*%)?")

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from ..domains import Section
-from ..registry import Registry
+from ..core.registry import Registry
+from ..core.settings import Section
 from ..world import traces as fmt
 from .api_judge import ApiJudge, JudgeConfig, blind
 from .forced import forced_reads

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from ..domains import InChoices
+from ..core.settings import InChoices
 from ..episodes import episode_problem
 from ..model.backend import backends
 from ..rewards import rewards

@@ -33,8 +33,8 @@ from hydra.core.override_parser.types import Override
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
-from ..io import keep_newest, write_bytes
-from ..registry import epoch
+from ..core.registry import epoch
+from ..store.files import keep_newest, write_bytes
 from .checks import relation_problem
 from .digest import conf_digest, conf_files
 from .schema import ROLE_MODELS, choices, config_class, domain_key, domains
@@ -195,7 +195,7 @@ def check_domains(resolved: dict, flat: dict[str, Any] | None = None) -> None:
         if domain is None:
             role = next((r for r in ROLE_MODELS if key.startswith(r + ".")), None)
             raise ComposeError(key, f"not a model key ({role} changes model.* keys)" if role
-                               else "no domain for this key (a field without a domains.setting)")
+                               else "no domain for this key (a field without a settings.setting)")
         problem = domain.problem(value)
         if problem:
             raise ComposeError(key, problem)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import yaml
 
-from ..io import read_pickle, write_pickle
+from ..store.files import read_pickle, write_pickle
 from .checks import questions_file_problem
 from .compose import ComposeError, Composer
 from .digest import code_and_versions, conf_digest, conf_files, env_digest

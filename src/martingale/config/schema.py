@@ -2,7 +2,7 @@
 and what each extension declares where it is defined — a reward's parameters (new keys of the stage
 that uses it), a reader's section (the api reader's ``judge``), a backend's under ``model``
 (``model.vllm``, ``model.api``), a stage kind's (``pretrain``, ``distill``, ``simulate``,
-``instructor``). Each key is written once, with its domain beside its default (``domains.setting``).
+``instructor``). Each key is written once, with its domain beside its default (``settings.setting``).
 
 ``config_class()`` is the ``Config`` dataclass Hydra's ConfigStore holds as ``martingale_schema``
 (named first in ``conf/config.yaml``'s defaults): composing an unknown key or a value of the wrong
@@ -20,12 +20,12 @@ from dataclasses import dataclass, make_dataclass
 from typing import Any, Optional
 
 from ..beliefs.readers import readers
-from ..domains import SEED, Domain, OneOf, Section, Seeds, section, setting
+from ..core.registry import epoch
+from ..core.settings import SEED, Domain, OneOf, Section, Seeds, section, setting
 from ..episodes import chat, synthetic  # noqa: F401 (their modes)
 from ..episodes.chat import CHAT_MODES
 from ..episodes.synthetic import MODES
 from ..model.backend import backend_sections, backends
-from ..registry import epoch
 from ..rewards import reward_settings, rewards
 from ..stages import kind_names, kinds
 from . import sections as core

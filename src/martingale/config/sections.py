@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, Optional
 
-from ..domains import (
+from ..core.settings import (
     COUNT,
     FRACTION,
     LR,
@@ -238,7 +238,7 @@ class EvalConfig:
 
 @dataclass
 class WandbConfig:
-    """How runs are tracked in wandb (tracking.py): offline by default."""
+    """How runs are tracked in wandb (store/tracking.py): offline by default."""
     mode: str = setting("offline", OneOf(("offline", "online", "disabled")), "offline | online | disabled")
     project: str = setting("martingale", Name())
     entity: Optional[str] = setting(None, Name(optional=True))

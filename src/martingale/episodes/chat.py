@@ -24,7 +24,7 @@ from typing import Any, Callable, Optional
 
 from ..beliefs.forced import answer_context, forced_reads
 from ..beliefs.parse import parse_p, parse_r
-from ..errors import StageError
+from ..core.errors import StageError
 from ..model.backend import render_chat
 
 log = logging.getLogger("martingale.chat_episodes")

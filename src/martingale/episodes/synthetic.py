@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Optional
 
-from ..registry import Registry
+from ..core.registry import Registry
 from ..world.synthetic import expit, logit
 from ..world.traces import MAX_TOTAL, fmt_int, prompt
 

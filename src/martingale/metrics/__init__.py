@@ -22,12 +22,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..deattenuation import DEATT_KEYS, deattenuate
-from ..lazy import module
-from ..registry import Registry
+from ..core.lazy import module
+from ..core.registry import Registry
 from ..stats import MetricError, bootstrap_ci, ms_regression, ms_slope, nan_array, nan_matrix, too_few_for_ci
+from ..stats.deattenuation import DEATT_KEYS, deattenuate
 
-stats = module("scipy.stats")   # imported on first use (martingale.lazy)
+stats = module("scipy.stats")   # imported on first use (martingale.core.lazy)
 
 N_BINS = 10           # equal-width probability bins of the reliability diagram, ECE and Murphy
 INERTIA_EPS = 0.02    # |Δ| at or below this counts as "did not move" (the reward's info_eps)

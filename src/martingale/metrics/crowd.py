@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from ..effects import brier_effect
 from ..stats import MetricError, bootstrap_ci, too_few_for_ci
+from ..stats.effects import brier_effect
 from . import Column, stage_metric
 
 CROWD_KEYS = ("crowd_brier", "crowd_brier_ci", "crowd_n", "crowd_missing")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..errors import StageError
+from ..core.errors import StageError
 from .api_client import ApiClient, choice_text
 from .backend import implements
 

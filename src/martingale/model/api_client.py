@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from .. import io
-from ..domains import COUNT, NONNEG, SERVED_NAME, Int, ProjectPath, SecretVar, Url, setting
-from ..errors import StageError
+from ..core.errors import StageError
+from ..core.settings import COUNT, NONNEG, SERVED_NAME, Int, ProjectPath, SecretVar, Url, setting
+from ..store import files
 
 if TYPE_CHECKING:
     import requests
@@ -148,7 +148,7 @@ class ApiClient:
                 time.sleep(wait_before(attempt, float(self.cfg["backoff_s"]), last.wait_s))
             self._count("calls")
             try:
-                answer = io.redact(read(self._post(path, body)))
+                answer = files.redact(read(self._post(path, body)))
             except Retry as e:
                 last = e
                 continue
@@ -159,7 +159,7 @@ class ApiClient:
                 self._count("empty")
                 return answer
             self._count("answered")
-            io.write_json(cached, {"answer": answer, "endpoint": self.url + path, "model": body.get("model")})
+            files.write_json(cached, {"answer": answer, "endpoint": self.url + path, "model": body.get("model")})
             return answer
         self._count("failures", f"{last.reason} after {retries + 1} tries")
         return None

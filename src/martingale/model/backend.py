@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Protocol, runtime_checkable
 
-from ..domains import Section
-from ..registry import Registry
+from ..core.registry import Registry
+from ..core.settings import Section
 from .api_client import ApiModelConfig
 from .serving import VLLMConfig
 

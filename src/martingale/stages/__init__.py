@@ -20,8 +20,8 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from ..domains import Section
-from ..registry import Registry
+from ..core.registry import Registry
+from ..core.settings import Section
 
 PLACES = ("source", "start", "step", "measure")
 HELPERS = ("body",)   # the bodies' package: imported only by a job (StageKind.run)

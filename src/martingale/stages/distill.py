@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..domains import COUNT, LR, NONNEG, POSITIVE, SEED, OneOf, Real, Section, omitted_unless, setting
+from ..core.settings import COUNT, LR, NONNEG, POSITIVE, SEED, OneOf, Real, Section, omitted_unless, setting
 from . import declare
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..domains import COUNT, NONNEG, POSITIVE, Int, Section, setting
+from ..core.settings import COUNT, NONNEG, POSITIVE, Int, Section, setting
 from . import declare
 
 

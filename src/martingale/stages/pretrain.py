@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..domains import COUNT, FRACTION, LR, POSITIVE, SEED, Int, OneOf, Real, Section, omitted_unless, setting
+from ..core.settings import (
+    COUNT,
+    FRACTION,
+    LR,
+    POSITIVE,
+    SEED,
+    Int,
+    OneOf,
+    Real,
+    Section,
+    omitted_unless,
+    setting,
+)
 from . import declare
 
 TEACHER = omitted_unless("teacher", "miscalibrated")   # the teacher's keys: in an id only where it is miscalibrated

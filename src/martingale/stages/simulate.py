@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
-from ..domains import COUNT, POSITIVE, Flag, InChoices, Int, OneOf, Real, Section, omitted_at, setting
+from ..core.settings import COUNT, POSITIVE, Flag, InChoices, Int, OneOf, Real, Section, omitted_at, setting
 from . import declare
 
 

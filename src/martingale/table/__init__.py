@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from ..io import write_bytes_if_changed, write_text_if_changed
+from ..store.files import write_bytes_if_changed, write_text_if_changed
 from . import findings, forest, markdown, page
 from .rows import TableError, build_table, check_no_corrupt, check_no_vanished, previous_rows
 from .schema import check_rows, schema_errors

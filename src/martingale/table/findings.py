@@ -14,9 +14,9 @@ from typing import Any, Optional
 
 import yaml
 
-from ..io import read_optional
-from ..replicates import MIN_SEEDS, Combined, bh_q, combine, se_from_ci, seeds_needed
 from ..stages import kinds
+from ..stats.replicates import MIN_SEEDS, Combined, bh_q, combine, se_from_ci, seeds_needed
+from ..store.files import read_optional
 from . import fmt
 from .rows import TableError
 

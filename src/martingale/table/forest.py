@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..plots import findings_forest
+from ..records.plots import findings_forest
 from .findings import NO_RESULT, Finding, Result
 
 FOREST = "findings-forest.png"

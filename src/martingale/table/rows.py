@@ -6,7 +6,7 @@ time is ``landed``, which the aggregate recorded in results/<run>/landed.json). 
 - ``invalid``: the run file names a bug (``invalid: "<bug>"``);
 - ``done``: results/<run>/eval.json exists;
 - ``running``: one of its stages is being written (a stage's temp folder exists) while a live
-  Snakemake holds the project's lock (martingale.locks.lock_state);
+  Snakemake holds the project's lock (martingale.store.locks.lock_state);
 - ``crashed``: a stage or its aggregate has no output and a job log shows a failure, or, under a
   stale lock (the Snakemake holding it was killed: kill -9, OOM, a lost node), a job of the run
   started and never finished (its job log is cut off mid-run, or a stage's temp folder is left).
@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..config.runs import RunTree
-from ..io import read_optional, read_optional_yaml
-from ..locks import lock_state
-from ..manifest import MANIFEST
 from ..metrics import table_columns
 from ..plan import config_hash, current_index
-from ..provenance import summary
 from ..store import STORE, stage_dir
+from ..store.files import read_optional, read_optional_yaml
+from ..store.locks import lock_state
+from ..store.manifest import MANIFEST
+from ..store.provenance import summary
 
 HEADLINE = ("n", "brier", "brier_ci", "ms", "ms_ci", "bss", "parse_rate")
 
@@ -39,7 +39,7 @@ def headline_keys() -> tuple[str, ...]:
 EFFECT = ("stage", "parent_stage", "compares", "n_paired", "brier_delta", "brier_ci", "p_t", "p_wilcoxon", "share_child_wins",
           "ms_delta", "ms_ci", "p_perm_ms", "seeds", "brier_delta_sd", "ms_delta_sd", "beats_parent",
           "beats_parent_ci")
-# A failed job's log: our stages log "stage failed" + the traceback (martingale.smk.run_logged);
+# A failed job's log: our stages log "stage failed" + the traceback (martingale.jobs.smk.run_logged);
 # SLURM writes "CANCELLED" / "DUE TO TIME LIMIT" into its job log.
 _ERROR_MARKS = ("stage failed", "Traceback (most recent call last)", "Error", "CANCELLED", "DUE TO TIME LIMIT")
 RUN_FILES = ("eval.json", "records.jsonl", "config.yaml", "lineage.json")
@@ -64,7 +64,7 @@ def _effect(evals: Any) -> Optional[dict]:
 
 
 def _provenance(evals: Any) -> Optional[dict]:
-    """What the run's stages ran with (eval.json's stage_provenance, compacted: martingale.provenance.
+    """What the run's stages ran with (eval.json's stage_provenance, compacted: martingale.store.provenance.
     summary): {versions, weights_sha256}; None for results without it."""
     docs = evals.get("stage_provenance") if isinstance(evals, dict) else None
     return summary(docs, STORE) if isinstance(docs, dict) else None
@@ -92,7 +92,7 @@ class _Files:
         self.root = root
         store = root / STORE
         self.built: set[str] = set()
-        self.writing: set[str] = set()            # stage ids with an io.atomic_dir temp folder
+        self.writing: set[str] = set()            # stage ids with a files.atomic_dir temp folder
         for kind_dir in (store.iterdir() if store.is_dir() else ()):
             if not kind_dir.is_dir():
                 continue
@@ -100,7 +100,7 @@ class _Files:
                 name = entry.name
                 if name.startswith(".") and name.endswith(".tmp"):
                     self.writing.add(name[1:].split(".", 1)[0])
-                elif (entry / MANIFEST).is_file():   # a finished stage (martingale.manifest)
+                elif (entry / MANIFEST).is_file():   # a finished stage (martingale.store.manifest)
                     self.built.add(name)
         # stage id -> its logs, the job log first: the cluster's job logs, newest job id first
         # (.snakemake/slurm_logs/rule_<rule>/<stage id>/<job id>.log, kept only for failed jobs),
@@ -129,7 +129,7 @@ class _Files:
         return agg.relative_to(self.root).as_posix() if _log_failed(agg) else None
 
     def being_written(self, chain: list[str]) -> bool:
-        """A stage's temp folder (io.atomic_dir) exists, without a finished folder, while a live
+        """A stage's temp folder (files.atomic_dir) exists, without a finished folder, while a live
         Snakemake holds the lock."""
         return self.lock == "live" and any(sid in self.writing and sid not in self.built for sid in chain)
 

@@ -1,9 +1,9 @@
 """Resumable checkpoints of a policy-gradient stage: a rerun after a kill ends with the same bytes.
 
 Where: beside the stage's output folder, ``<kind dir>/.<stage id>.ckpt/<step>/``. The dot name keeps
-it out of the store listing (martingale.manifest.store_folders), so it is never taken for a stage;
+it out of the store listing (martingale.store.manifest.store_folders), so it is never taken for a stage;
 the stage id in the name makes the rerun of the same stage, and only it, find it. Each checkpoint
-is its own folder written with io.atomic_dir (a manifest, then one rename), and the previous one is
+is its own folder written with files.atomic_dir (a manifest, then one rename), and the previous one is
 removed only after it: a SIGKILL at any moment leaves at least one whole checkpoint. The folder is
 removed once the stage's output exists.
 
@@ -25,8 +25,8 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from .. import io
-from ..manifest import problems
+from ..store import files
+from ..store.manifest import problems
 from . import ranks
 
 log = logging.getLogger("martingale")
@@ -52,7 +52,7 @@ def folder(out_dir: Path | str) -> Path:
 def fingerprint(cfg: dict[str, Any]) -> str:
     """sha256 of the stage config, less the keys that do not change the run."""
     stage = {k: v for k, v in cfg["stage"].items() if k not in NOT_FINGERPRINTED}
-    return hashlib.sha256(io.canonical_json({**cfg, "stage": stage}).encode("utf-8")).hexdigest()
+    return hashlib.sha256(files.canonical_json({**cfg, "stage": stage}).encode("utf-8")).hexdigest()
 
 
 def adapter(model) -> dict[str, Any]:
@@ -67,12 +67,12 @@ def save(ckpt: Path, policy, cfg: dict[str, Any], progress: Progress, epoch_rng:
     r = ranks.current()
     weights, optimizer = trainer_state(policy)
     if r.writer:
-        with io.atomic_dir(ckpt / f"{progress.step:08d}") as tmp:
+        with files.atomic_dir(ckpt / f"{progress.step:08d}") as tmp:
             save_file(weights, str(tmp / ADAPTER))
             torch.save({"optimizer": optimizer, "torch_rng": torch.get_rng_state(),
                         **({"cuda_rng": torch.cuda.get_rng_state_all()} if torch.cuda.is_available() else {})},
                        tmp / TRAINER)
-            io.write_json(tmp / STATE, {"step": progress.step, "epoch": progress.epoch,
+            files.write_json(tmp / STATE, {"step": progress.step, "epoch": progress.epoch,
                                         "order_rng": epoch_rng, "history": progress.history,
                                         "config": fingerprint(cfg)})
         for old in ckpt.iterdir():
@@ -128,7 +128,7 @@ def _load(one: Path, policy, cfg: dict[str, Any], order_rng) -> Progress:
     if bad:
         raise _Unusable(bad[0])
     try:
-        state = io.read_json(one / STATE)
+        state = files.read_json(one / STATE)
         weights = load_file(str(one / ADAPTER))
         trainer = torch.load(one / TRAINER, weights_only=True)
         progress = Progress(int(state["step"]), int(state["epoch"]), list(state["history"]))

@@ -10,9 +10,9 @@ from typing import Any
 import torch
 from peft import LoraConfig, get_peft_model
 
-from .. import io
-from ..errors import StageError
+from ..core.errors import StageError
 from ..model.load import describe, load, save
+from ..store import files
 from . import checkpoint, ranks
 
 
@@ -111,10 +111,10 @@ def write_trained(out_dir: Path, policy: Policy, start_digest: str, tokenizer, h
     merged = whole.merge_and_unload()
     if weights_digest(merged) == start_digest:
         raise StageError(unmoved)
-    with io.atomic_dir(out_dir) as tmp:
+    with files.atomic_dir(out_dir) as tmp:
         save(merged, tokenizer, tmp)
-        io.write_jsonl(tmp / "train.jsonl", history)
-        io.write_json(tmp / "stage.json", {**describe(merged), **info})
+        files.write_jsonl(tmp / "train.jsonl", history)
+        files.write_json(tmp / "stage.json", {**describe(merged), **info})
 
 
 def rebuilt(policy: Policy, weights: dict[str, torch.Tensor]):

@@ -26,8 +26,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .. import io
-from ..errors import StageError
+from ..core.errors import StageError
+from ..store import files
 from . import ranks_of
 
 COLLECTIVE_TIMEOUT_S = 600    # a collective that waits longer (a peer hung, not dead) fails the rank
@@ -92,12 +92,12 @@ def launch(kind: str, cfg: dict[str, Any], inputs: dict[str, Path], out_dir: Pat
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{out_dir.name}.ranks-", dir=out_dir.parent) as scratch:
         spec = Path(scratch) / "spec.json"
-        io.write_json(spec, {"kind": kind, "cfg": cfg, "inputs": {k: str(v) for k, v in inputs.items()},
+        files.write_json(spec, {"kind": kind, "cfg": cfg, "inputs": {k: str(v) for k, v in inputs.items()},
                                     "out_dir": str(out_dir), "ranks": ranks, "strategy": strategy,
                                     "threads": threads, "scratch": scratch})
         env = {**os.environ, SPEC_VAR: str(spec), "OMP_NUM_THREADS": str(threads),
                **server_devices(cfg.get("model") or {}, ranks // nodes)}
-        cmd = [*launcher(ranks, nodes, env), "-m", "martingale.rank", str(spec)]
+        cmd = [*launcher(ranks, nodes, env), "-m", "martingale.jobs.rank", str(spec)]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         tail: list[str] = []
         for line in proc.stdout:       # the ranks' output, into this job's log

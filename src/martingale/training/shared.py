@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator
 
 import torch.distributed as dist
 
-from ..errors import StageError
+from ..core.errors import StageError
 from ..model.backend import open_model, open_models
 from . import checkpoint, ranks
 

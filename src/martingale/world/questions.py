@@ -30,7 +30,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
-from ..io import write_jsonl
+from ..store.files import write_jsonl
 
 REQUIRED = ("id", "question", "y")
 TEXT_FIELDS = ("background", "resolution_criteria", "option")

@@ -3,7 +3,7 @@ each sample counted in ``echo.json`` beside the stage's output."""
 import time
 from dataclasses import dataclass
 
-from martingale.domains import Int, Section, setting
+from martingale.core.settings import Int, Section, setting
 from martingale.model.backend import backend
 from martingale.model.hf import HFBackend
 

@@ -1,7 +1,7 @@
 """A reward with a parameter of its own: −|y − stated P|^power, ``stages.<s>.power`` declared here."""
 import numpy as np
 
-from martingale.domains import Real, setting
+from martingale.core.settings import Real, setting
 from martingale.rewards import reward
 
 

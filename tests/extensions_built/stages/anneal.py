@@ -2,7 +2,7 @@
 model by ``anneal.cooling`` per mille (a real, if simple, model stage)."""
 from dataclasses import dataclass
 
-from martingale.domains import OPEN_UNIT, Section, setting
+from martingale.core.settings import OPEN_UNIT, Section, setting
 from martingale.stages import stage_kind
 
 
@@ -18,12 +18,12 @@ def run(cfg, start_model, out_dir):
     """The start model with every weight × (1 − cooling/1000), saved as this stage's model."""
     import torch  # a one-file kind: planning imports this module, so torch waits for the job
 
-    from martingale import io
     from martingale.model.load import load, save
+    from martingale.store import files
     model, tok = load(start_model, cfg["model"])
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(1 - float(cfg["anneal"]["cooling"]) / 1000)
-    with io.atomic_dir(out_dir) as tmp:
+    with files.atomic_dir(out_dir) as tmp:
         save(model, tok, tmp)
-        io.write_json(tmp / "stage.json", {"kind": "anneal", "cooling": float(cfg["anneal"]["cooling"])})
+        files.write_json(tmp / "stage.json", {"kind": "anneal", "cooling": float(cfg["anneal"]["cooling"])})

@@ -9,7 +9,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ...errors import StageError
+from ...core.errors import StageError
 from ...world.jsonl import JsonlWorld
 from ...world.questions import QuestionsError
 from ...world.synthetic import SyntheticWorld

@@ -32,9 +32,9 @@ from peft import LoraConfig
 from transformers import PrinterCallback, ProgressCallback, Trainer, TrainerCallback
 from trl import SFTConfig, SFTTrainer
 
-from ... import io
-from ...errors import StageError
+from ...core.errors import StageError
 from ...model.load import describe, load, save
+from ...store import files
 from ...training import ranks
 from .common import log, make_world, seed_everything
 from .pretrain import mixture
@@ -184,8 +184,8 @@ def run(cfg: dict[str, Any], base_model: Path, out_dir: Path) -> None:
     merged = peft_model.merge_and_unload()
     merged.config.use_cache = use_cache
     merged.eval()
-    with io.atomic_dir(out_dir) as tmp:
+    with files.atomic_dir(out_dir) as tmp:
         save(merged, tok, tmp)
-        io.write_json(tmp / "stage.json", {"kind": "distill", "trainer": "trl.SFTTrainer", **where,
+        files.write_json(tmp / "stage.json", {"kind": "distill", "trainer": "trl.SFTTrainer", **where,
                                            **({"ranks": r.world, "strategy": r.strategy} if r.many else {}),
                                            "final_loss": round(losses[-1], 6), "history": history})

@@ -5,7 +5,7 @@ beliefs, the Bayes oracle's, the completions) and metrics.json (metrics.stage_me
 
 Options (``eval``): ``prior_draws`` = K > 0 in snap mode re-draws each question's snap prior K
 times (seeds distinct from the prior's, deterministic) into ``snap_draws``, from which the
-metrics de-attenuate MS (martingale.deattenuation); ``negations`` asks each question's negation
+metrics de-attenuate MS (martingale.stats.deattenuation); ``negations`` asks each question's negation
 too (``stated_neg``), for the coherence |P(A) + P(¬A) − 1|; ``balance`` evaluates each held-out
 question and its negation as questions of their own (ȳ = 0.5: the base-rate constant's Brier is 0.25).
 """
@@ -14,16 +14,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ... import io
 from ...beliefs.elicit import cut_index, judge_needed, probe_prompts, rollout
 from ...beliefs.forced import answer_context, forced_reads
 from ...beliefs.parse import parse_p
 from ...beliefs.prompts import Prompts
 from ...beliefs.readers import ReadContext
-from ...errors import StageError
+from ...core.errors import StageError
 from ...metrics import stage_metrics
 from ...model.backend import open_models
 from ...model.load import describe
+from ...store import files
 from .common import log, make_world, seed_everything
 
 
@@ -136,10 +136,10 @@ def run(cfg: dict[str, Any], model: Path, judge_model: Path, out_dir: Path) -> N
     if unparsed:
         metrics["unparsed_examples"] = unparsed[:3]
     log.info("eval: %s", {k: metrics.get(k) for k in ("brier", "ms", "ms_trace", "parse_rate")})
-    with io.atomic_dir(out_dir) as tmp:
-        io.write_jsonl(tmp / "records.jsonl", records)
-        io.write_json(tmp / "metrics.json", metrics)
-        io.write_json(tmp / "backend.json", {"backend": cfg["model"]["backend"], **guards})
+    with files.atomic_dir(out_dir) as tmp:
+        files.write_jsonl(tmp / "records.jsonl", records)
+        files.write_json(tmp / "metrics.json", metrics)
+        files.write_json(tmp / "backend.json", {"backend": cfg["model"]["backend"], **guards})
 
 
 def check_parse_rate(records: list[dict[str, Any]], floor: float) -> None:

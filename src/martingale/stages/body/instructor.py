@@ -37,14 +37,14 @@ import torch
 from ... import rewards
 from ...beliefs.elicit import probe_prompts
 from ...beliefs.prompts import Prompts
+from ...core.errors import StageError
 from ...episodes import chat
 from ...episodes import synthetic as ep_mod
 from ...episodes.chat import NO_INSTRUCTOR
 from ...episodes.roles import role_model
-from ...errors import StageError
 from ...metrics import martingale_fit
 from ...stats import MetricError
-from ...tracking import live_run
+from ...store.tracking import live_run
 from ...training import checkpoint, ranks
 from ...training.loss import accumulate_chunks, advantages, completion_tokens, policy_loss
 from ...training.policy import check_adapter_finite, lora_policy, serve_policy, update, weights_digest, write_trained

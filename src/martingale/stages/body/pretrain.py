@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from ... import io
 from ...model.load import build_tiny, describe, placement, save
 from ...model.tokenizer import build_tokenizer
+from ...store import files
 from ...world import traces
 from .common import log, make_world, seed_everything, supervised_loop
 
@@ -75,8 +75,8 @@ def run(cfg: dict[str, Any], out_dir: Path) -> None:
     final = supervised_loop(model, tokenizer, lambda s: mixture(world, rng, p["batch_size"], p, teacher),
                             steps=int(p["steps"]), lr=float(p["lr"]), warmup=int(p["warmup"]),
                             on_step=on_step)
-    with io.atomic_dir(out_dir) as tmp:
+    with files.atomic_dir(out_dir) as tmp:
         save(model, tokenizer, tmp)
-        io.write_json(tmp / "stage.json", {"kind": "pretrain", **describe(model), "final_loss": round(final, 6),
+        files.write_json(tmp / "stage.json", {"kind": "pretrain", **describe(model), "final_loss": round(final, 6),
                                            "parameters": sum(x.numel() for x in model.parameters()),
                                            "history": history})

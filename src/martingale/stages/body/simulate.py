@@ -28,19 +28,19 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from ... import io
 from ...beliefs.elicit import judge_needed
 from ...beliefs.parse import parse_p
 from ...beliefs.prompts import Prompts
+from ...core.errors import StageError
 from ...episodes import chat, episode_problem
 from ...episodes import synthetic as ep_mod
 from ...episodes.roles import role_model, same_model
 from ...episodes.synthetic import Episode
-from ...errors import StageError
 from ...metrics import episode_metrics, stage_metrics
 from ...model.backend import open_model
 from ...model.generate import Batch
 from ...model.load import describe
+from ...store import files
 from .common import log, make_world, seed_everything
 from .evaluate import check_parse_rate, evaluate_model
 
@@ -296,10 +296,10 @@ def write_episodes(cfg: dict[str, Any], rows: list[dict[str, Any]], seed: int, e
     metrics.update(mode=sim["mode"], turns=int(sim["turns"]), **extra)
     log.info("%s (%s): %s", label, sim["mode"], {k: metrics.get(k) for k in ("ms", "ms_ci", "brier", "delta_brier",
                                                                          "entrenched_share", last_logged)})
-    with io.atomic_dir(out_dir) as tmp:
-        io.write_jsonl(tmp / "records.jsonl", rows)
-        io.write_json(tmp / "metrics.json", metrics)
-        io.write_json(tmp / "backend.json", {"backend": cfg["model"]["backend"], **guards})
+    with files.atomic_dir(out_dir) as tmp:
+        files.write_jsonl(tmp / "records.jsonl", rows)
+        files.write_json(tmp / "metrics.json", metrics)
+        files.write_json(tmp / "backend.json", {"backend": cfg["model"]["backend"], **guards})
 
 
 # ------------------------------------------------------------------ chat episodes (episodes/chat.py)

@@ -28,8 +28,8 @@ import torch
 from ... import rewards
 from ...beliefs.elicit import judge_needed, probe_prompts, rollout
 from ...beliefs.readers import ReadContext
-from ...errors import StageError
-from ...tracking import live_run
+from ...core.errors import StageError
+from ...store.tracking import live_run
 from ...training import checkpoint
 from ...training.loss import advantages, completion_tokens, rollout_loss
 from ...training.policy import (

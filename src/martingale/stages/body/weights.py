@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from ...errors import StageError
-from ...io import atomic_dir, system_path_problem
+from ...core.errors import StageError
+from ...store.files import atomic_dir, system_path_problem
 
 
 def model_dir_problem(path: str) -> Optional[str]:

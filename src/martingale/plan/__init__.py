@@ -12,7 +12,7 @@ step s1, s2 … with a reward trains from the model before it (``stages.<name>.k
 natural model — the source stage, one judge fixed across a campaign — or the run's start model; a
 two-agent episode's human is always the start model.
 What of a setting enters a stage's id, and a run's identity, is declared at the setting
-(``domains.setting(in_id=...)``: one rule, domains.identity): ``model.resources`` (scheduling only)
+(``settings.setting(in_id=...)``: one rule, settings.identity): ``model.resources`` (scheduling only)
 is not hashed, so asking for more memory does not invalidate a model. ``wandb`` is in no slice.
 """
 from __future__ import annotations
@@ -23,18 +23,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Optional
 
-from .config import sections as core
-from .config.checks import QUESTIONS_CHECKED
-from .config.digest import code_and_versions, conf_files, env_digest, tree_digest
-from .config.runs import RunTree
-from .config.schema import declared_sections
-from .domains import identity
-from .io import canonical_json, read_pickle, write_pickle, write_text_if_changed
+from ..config import sections as core
+from ..config.checks import QUESTIONS_CHECKED
+from ..config.digest import code_and_versions, conf_files, env_digest, tree_digest
+from ..config.runs import RunTree
+from ..config.schema import declared_sections
+from ..core.settings import identity
+from ..rewards import reward_settings, rewards
+from ..stages import StageKind, kinds, uses_key
+from ..store import STORE, read_index, stage_dir
+from ..store.files import canonical_json, read_pickle, write_pickle, write_text_if_changed
+from ..training import ranks_of
 from .needs import Need, stage_needs, unmet
-from .rewards import reward_settings, rewards
-from .stages import StageKind, kinds, uses_key
-from .store import STORE, read_index, stage_dir
-from .training import ranks_of
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def _backend_sections() -> tuple[tuple[str, str, bool], ...]:
 
 def section_class(key: str) -> Optional[type]:
     """The dataclass of a top-level section (a core one, or the one an extension declares): whose
-    settings declare what of them enters an id (domains.identity)."""
+    settings declare what of them enters an id (settings.identity)."""
     return CORE_SECTIONS.get(key) or next((d.section.schema for d in declared_sections() if d.path == key), None)
 
 
@@ -89,7 +89,7 @@ CORE_SECTIONS: dict[str, type] = {"world": core.WorldConfig, "model": core.Model
 
 
 def _model_slice(model: dict, kind: Optional[StageKind]) -> dict:
-    """The model as its settings declare it enters an id (domains.identity: where and how it is served,
+    """The model as its settings declare it enters an id (settings.identity: where and how it is served,
     the batch sizes only where set), a backend's section only where the stage generates with that
     backend (backend_sections), and a training kind's thread count."""
     used = backend_sections(model)
@@ -330,11 +330,11 @@ class Plan:
         return [r for r in self._runs if not self.tree.specs[r].invalid]
 
     def run_needs(self, run_id: str) -> list[Need]:
-        """What the run's stages need from the machine (martingale.needs), sorted."""
+        """What the run's stages need from the machine (martingale.plan.needs), sorted."""
         return sorted({n for sid in self._chains[run_id] for n in self._needs_of(sid)})
 
     def _needs_of(self, sid: str) -> set[Need]:
-        """What one stage needs (martingale.needs.stage_needs), computed once per stage."""
+        """What one stage needs (martingale.plan.needs.stage_needs), computed once per stage."""
         if sid not in self._stage_needs:
             st = self.stages[sid]
             self._stage_needs[sid] = stage_needs(kinds()[st.kind], st.cfg, st.resources)

@@ -30,13 +30,13 @@ from typing import Any
 
 import numpy as np
 
-from .io import write_bytes
-from .lazy import module
-from .metrics import N_BINS, calibration_bins
-from .stats import nan_array as _arr
-from .stats import nan_matrix
+from ..core.lazy import module
+from ..metrics import N_BINS, calibration_bins
+from ..stats import nan_array as _arr
+from ..stats import nan_matrix
+from ..store.files import write_bytes
 
-stats = module("scipy.stats")                     # imported on first use (martingale.lazy): the CLI
+stats = module("scipy.stats")                     # imported on first use (martingale.core.lazy): the CLI
 _figure = module("matplotlib.figure")             # and the table import this module
 _agg = module("matplotlib.backends.backend_agg")
 _ticker = module("matplotlib.ticker")

@@ -228,7 +228,7 @@ def start(root: str, preload: tuple[str, ...] = PRELOAD, wait: bool = False) -> 
         return None
     name = f"martingale-warm-{os.getpid()}-{time.monotonic_ns()}"
     env = {k: v for k, v in os.environ.items() if k != ENV}
-    _WORKER = subprocess.Popen([sys.executable, "-m", "martingale.warm", name, str(os.getpid()), ",".join(preload)],
+    _WORKER = subprocess.Popen([sys.executable, "-m", "martingale.jobs.warm", name, str(os.getpid()), ",".join(preload)],
                                cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     os.environ[ENV] = name
     deadline = time.monotonic() + 120

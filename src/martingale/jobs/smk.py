@@ -15,15 +15,15 @@ from typing import Any, Callable
 
 from martingale.records.aggregate import write_run_results
 
-from .errors import StageError
-from .io import open_log, read_json, redact, write_json
-from .manifest import require
-from .provenance import collecting
-from .stages import kinds
-from .table import write_table
-from .threads import use_threads
-from .tracking import flush, mirror_run, mirror_stage, stage_context
-from .training import ranks, ranks_of
+from ..core.errors import StageError
+from ..core.threads import use_threads
+from ..stages import kinds
+from ..store.files import open_log, read_json, redact, write_json
+from ..store.manifest import require
+from ..store.provenance import collecting
+from ..store.tracking import flush, mirror_run, mirror_stage, stage_context
+from ..table import write_table
+from ..training import ranks, ranks_of
 
 
 class Killed(BaseException):
@@ -138,7 +138,7 @@ def run_stage(snakemake: Any) -> None:
 
 
 def track_stage(snakemake: Any) -> None:
-    """Mirror the finished stage to wandb under its owner run (martingale.tracking)."""
+    """Mirror the finished stage to wandb under its owner run (martingale.store.tracking)."""
     mirror_stage(Path.cwd(), snakemake.wildcards.sid, Path(snakemake.output[0]).parent, dict(snakemake.params.cfg))
     flush()
 
@@ -162,7 +162,7 @@ def aggregate_fn() -> Callable[..., Any]:
 
 
 # The jobs of the three scripts in workflow/scripts, each ``fn(snakemake)``: a script hands its job
-# to martingale.warm.run_job, which runs it in a warm child of the build's worker or in place.
+# to martingale.jobs.warm.run_job, which runs it in a warm child of the build's worker or in place.
 def stage_job(snakemake: Any) -> None:
     """workflow/scripts/stage.py: the stage kind named by the rule (run_stage), logged."""
     run_logged(snakemake, lambda: run_stage(snakemake))

@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
-from .manifest import MANIFEST
-from .plan import Plan, Stage
-from .stages import kinds
-from .store import stage_dir
+from ..stages import kinds
+from ..store import stage_dir
+from ..store.manifest import MANIFEST
+from . import Plan, Stage
 
 BENCHMARK = "logs/{kind}/{sid}.benchmark.tsv"   # the stage rule's benchmark: (Snakemake's format)
 OVERRIDE = "allow_over_budget"                  # snakemake --config allow_over_budget=1

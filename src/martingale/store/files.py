@@ -304,8 +304,8 @@ def read_optional_yaml(path: Path | str) -> Any:
 @contextlib.contextmanager
 def atomic_dir(path: Path | str) -> Iterator[Path]:
     """Yield a temp folder beside ``path``; on success its manifest (the sha256 of every file,
-    martingale.manifest) is written last and the folder replaces ``path`` in one rename. The folder
-    of a stage job being collected (martingale.provenance) gets its provenance.json just before
+    martingale.store.manifest) is written last and the folder replaces ``path`` in one rename. The folder
+    of a stage job being collected (martingale.store.provenance) gets its provenance.json just before
     the manifest, which covers it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

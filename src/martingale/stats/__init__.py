@@ -8,9 +8,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .lazy import module
+from ..core.lazy import module
 
-stats = module("scipy.stats")   # imported on first use (martingale.lazy)
+stats = module("scipy.stats")   # imported on first use (martingale.core.lazy)
 
 MIN_CI_PAIRS = 10     # fewer questions than this: no bootstrap interval (NaN, with the reason)
 

@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from .lazy import module
-from .stats import MetricError, bootstrap_ci, ms_slope, nan_array, seed_spread, too_few_for_ci
+from ..core.lazy import module
+from . import MetricError, bootstrap_ci, ms_slope, nan_array, seed_spread, too_few_for_ci
 
-stats = module("scipy.stats")   # imported on first use (martingale.lazy)
+stats = module("scipy.stats")   # imported on first use (martingale.core.lazy)
 
 MIN_PAIRED = 3
 

@@ -9,12 +9,12 @@ import os
 import sys
 from pathlib import Path
 
-from .errors import StageError
-from .io import write_text
-from .provenance import collecting
-from .stages import kinds
-from .threads import use_threads
-from .training import ranks
+from ..core.errors import StageError
+from ..core.threads import use_threads
+from ..stages import kinds
+from ..store.files import write_text
+from ..store.provenance import collecting
+from ..training import ranks
 
 log = logging.getLogger("martingale")
 

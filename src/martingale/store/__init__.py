@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from .io import read_optional
+from .files import read_optional
 
 STORE = "results/_store"
 ID_PATTERN = "[0-9a-f]{12}"

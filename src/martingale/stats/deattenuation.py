@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from .stats import MetricError, bootstrap_ci, ols, too_few_for_ci
+from . import MetricError, bootstrap_ci, ols, too_few_for_ci
 
 MIN_RELIABILITY = 0.5   # below this Var(prior) < 2·σ²_meas: the correction is noise-dominated
 

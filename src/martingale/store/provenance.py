@@ -7,8 +7,8 @@ server is a silent bug), and the sha256 of every ``*.safetensors`` file of every
 loaded (links followed: a model folder may link to local weights outside the store).
 
 A collector is active only while a stage job runs (``collecting``, around the kind's ``run`` in
-``martingale.smk.run_stage``): ``model.load.load`` calls ``record_weights`` with each folder it
-loads and the vllm backend calls ``record_server_at`` when a server is ready. ``io.atomic_dir``
+``martingale.jobs.smk.run_stage``): ``model.load.load`` calls ``record_weights`` with each folder it
+loads and the vllm backend calls ``record_server_at`` when a server is ready. ``files.atomic_dir``
 writing the stage's own folder (not a checkpoint or any other folder the job writes) then writes
 ``for_folder``'s object just before the manifest, so the manifest covers the file. Outside a stage job
 nothing is recorded or written.
@@ -148,7 +148,7 @@ def record_server_at(http: Any, url: str) -> None:
 
 
 def for_folder(path: Path | str) -> Optional[dict[str, Any]]:
-    """The provenance.json object to write into ``path``'s temp folder (io.atomic_dir) when
+    """The provenance.json object to write into ``path``'s temp folder (files.atomic_dir) when
     ``path`` is the folder of the stage being collected; else None."""
     c = _ACTIVE
     if c is None or os.path.realpath(path) != c.out_dir:

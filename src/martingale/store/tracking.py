@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
-from .io import read_optional
-from .store import read_index
+from . import read_index
+from .files import read_optional
 
-log = logging.getLogger("martingale.tracking")
+log = logging.getLogger("martingale.store.tracking")
 
 
 def _numeric(row: dict) -> dict[str, float]:

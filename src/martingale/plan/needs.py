@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 from urllib.parse import urlparse
 
-from .episodes.roles import role_model
+from ..episodes.roles import role_model
 
 LOOPBACK = ("localhost", "127.0.0.1", "::1")   # an endpoint on this machine: the user's own server, keyless allowed
 ROLES = ("human", "instructor")                 # a two-agent episode's roles (simulate.<role>_model)

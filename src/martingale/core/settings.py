@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
-from .io import SECRET_WORDS, system_path_problem
+from ..store.files import SECRET_WORDS, system_path_problem
 
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")   # model/family/gpu/wandb names
 MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,127}")     # a LoRA target module
@@ -161,7 +161,7 @@ class Url(Domain):
 
 @dataclass(frozen=True)
 class SecretVar(Domain):
-    """The name of an environment variable holding a key: one every writer redacts (io.SECRET_WORDS
+    """The name of an environment variable holding a key: one every writer redacts (files.SECRET_WORDS
     in its name), so its value can never reach a file."""
 
     def problem(self, value: Any) -> Optional[str]:

@@ -1,7 +1,7 @@
 """Stage manifests: the sha256 of every file a stage wrote, written as its last act.
 
 ``MANIFEST.json`` is written inside the stage's temp folder just before the one rename that makes
-the stage exist (io.atomic_dir), and it is the file Snakemake sees as the stage's output: a folder
+the stage exist (files.atomic_dir), and it is the file Snakemake sees as the stage's output: a folder
 without a valid manifest is, for Snakemake and for us alike, not a finished stage. A stage checks
 its inputs' manifests before it loads them (``require``), so a corrupted or truncated artifact fails
 the stage naming the file instead of being read as a model. ``martingale verify`` checks the store.

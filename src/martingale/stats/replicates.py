@@ -15,9 +15,9 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from .lazy import module
+from ..core.lazy import module
 
-stats = module("scipy.stats")   # imported on first use (martingale.lazy)
+stats = module("scipy.stats")   # imported on first use (martingale.core.lazy)
 
 
 MIN_SEEDS = 3           # fewer seeds: a trained finding is provisional
