@@ -135,6 +135,18 @@ def test_a_cpu_model_has_no_gpu_resource_and_a_gpu_model_has_count_and_type():
     assert "gpu_model" not in _resources({"resources": {"gpus": 0, "gpu_model": "h200"}})
 
 
+def test_a_stage_serving_its_model_asks_for_the_servers_gpus_and_a_ranked_one_for_the_nodes():
+    from martingale.stages import kinds
+    seventy = {"backend": "vllm", "vllm": {"tensor_parallel_size": 4},
+               "distributed": {"ranks": 8, "strategy": "fsdp", "nodes": 2},
+               "resources": {"cpus": 8, "mem_mb": 64000, "gpus": 8, "gpu_model": "h200", "runtime_min": 1440}}
+    assert _resources(seventy, kinds()["simulate"])["gpu"] == 4       # the vLLM server's tensor parallel
+    assert _resources(seventy, kinds()["evaluate"])["gpu"] == 4
+    ranked = _resources(seventy, kinds()["instructor"])
+    assert (ranked["gpu"], ranked["nodes"], ranked["threads"]) == (8, 2, 32)   # 4 ranks + the server a node
+    assert _resources({**seventy, "backend": "hf"}, kinds()["evaluate"])["gpu"] == 8
+
+
 # ------------------------------------------------------------------- what Snakemake hands SLURM
 @SLOW
 def test_tiny_stages_ask_for_cpus_memory_and_time_only(jobs):

@@ -192,7 +192,8 @@ def _resources(model: dict, kind: Optional[StageKind] = None) -> dict[str, Any]:
     ``device`` (model.device) is where the job puts its model: a string resource, so it reaches
     the job (smk.run_stage) without being in the stage's id. A ranked kind on N ranks over M nodes
     asks, on each node, for N/M times the CPUs and memory of one (``gpus`` is a node's, already),
-    and ``nodes`` where M > 1."""
+    and ``nodes`` where M > 1. A stage that takes no ranked steps on a vLLM-served model asks for
+    its server's GPUs (``vllm.tensor_parallel_size``) where that is fewer than the node's."""
     r = model.get("resources") or {}
     per_node = 1
     nodes = 1
@@ -206,6 +207,8 @@ def _resources(model: dict, kind: Optional[StageKind] = None) -> dict[str, Any]:
         "runtime": int(r.get("runtime_min", 60)),
     }
     gpus = int(r.get("gpus") or 0)
+    if gpus > 0 and kind is not None and not kind.ranked and model.get("backend") == "vllm":
+        gpus = min(gpus, int((model.get("vllm") or {}).get("tensor_parallel_size") or gpus))
     if gpus > 0:
         out["gpu"] = gpus
         if r.get("gpu_model"):
