@@ -229,23 +229,16 @@ def write_text(path: Path | str, text: str) -> None:
 
 
 def write_text_if_changed(path: Path | str, text: str) -> bool:
-    """write_text unless the file already holds exactly this text (its mtime then stays, so
-    regenerating an unchanged table or index triggers nothing downstream). True if written."""
-    path = Path(path)
-    text = redact(text)   # compare what would be written
-    try:
-        if path.read_text(encoding="utf-8") == text:
-            return False
-    except OSError:
-        pass
-    write_text(path, text)
-    return True
+    """write_text unless the file already holds exactly this text, redacted (its mtime then stays,
+    so regenerating an unchanged table or index triggers nothing downstream). True if written."""
+    return write_bytes_if_changed(path, redact(text).encode("utf-8"))
 
 
 def write_bytes_if_changed(path: Path | str, data: bytes) -> bool:
     """write_bytes unless the file already holds exactly these bytes (a figure regenerated with
-    the table keeps its mtime). True if written."""
-    path = Path(path)
+    the table keeps its mtime). Compared as written: redacted. True if written."""
+    path, r = Path(path), redactor()
+    data = r.data(data) if r.pairs else data
     try:
         if path.read_bytes() == data:
             return False
