@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from localhttp import JsonHandler, LocalServer
 
 from martingale.beliefs.api_judge import ApiJudge, JudgeError, blind
 
@@ -18,7 +18,7 @@ CANARY = "canary-judge-KEY-0123456789abcdef"
 SLEEP = time.sleep   # the server's own clock (a test may replace time.sleep for the client)
 
 
-class Flaky:
+class Flaky(LocalServer):
     """A /v1/completions server: ``script`` is the behaviour of each successive request
     ("ok", "500", "429", "hang", "garbage", "401", "403", "404", "empty", "drop": the connection
     closed with no response); after the script, "ok". ``delay`` seconds per request; ``peak`` is
@@ -27,18 +27,12 @@ class Flaky:
     def __init__(self, script: list[str], delay: float = 0.0):
         self.script, self.seen, self.auth = list(script), [], []
         self.delay, self.in_flight, self.peak, self.lock = delay, 0, 0, threading.Lock()
-        handler = self._handler()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        super().__init__(self._handler())
 
     def _handler(self):
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
+        class Handler(JsonHandler):
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -63,27 +57,16 @@ class Flaky:
                     SLEEP(3)
                     what = "ok"
                 if what in ("500", "429", "401", "403", "404"):
-                    return self._send(int(what), b'{"error": "scheduled"}')
+                    return self.send_json(int(what), b'{"error": "scheduled"}')
                 if what == "garbage":
-                    return self._send(200, b"<html>not json")
+                    return self.send_json(200, b"<html>not json")
                 if what == "empty":
-                    return self._send(200, b'{"choices": []}')
+                    return self.send_json(200, b'{"choices": []}')
                 text = "0.25 end" if "prompt" in body else "0.4"
                 choice = {"text": text} if "prompt" in body else {"message": {"content": text}}
-                self._send(200, json.dumps({"choices": [choice]}).encode())
-
-            def _send(self, code: int, data: bytes):
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.send_json(200, json.dumps({"choices": [choice]}).encode())
 
         return Handler
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture

@@ -13,10 +13,10 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from localhttp import JsonHandler, LocalServer
 
 from martingale.config.compose import Composer
 from martingale.core.errors import StageError
@@ -50,17 +50,14 @@ def good_reply(body: dict) -> str:
     return f"I have thought about it.\nP = {lean + step:.2f}"
 
 
-class ChatServer:
+class ChatServer(LocalServer):
     """A /v1/chat/completions server on 127.0.0.1. ``behave(body, headers)`` returns what to do
     with one request: a reply text, or ("status", code, headers), ("trickle", seconds per byte),
     ("raw", bytes). Every request is kept with its arrival time (``seen``)."""
 
     def __init__(self, behave):
         self.behave, self.seen, self.lock = behave, [], threading.Lock()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        super().__init__(self._handler())
 
     def by(self, role: str) -> list[dict]:
         return [b for t, b in self.seen if role_of(b) == role]
@@ -68,11 +65,8 @@ class ChatServer:
     def _handler(self):
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(JsonHandler):
             protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -81,9 +75,9 @@ class ChatServer:
                 what = server.behave(body, dict(self.headers))
                 if isinstance(what, str):
                     data = json.dumps({"choices": [{"message": {"role": "assistant", "content": what}}]}).encode()
-                    return self._send(200, data)
+                    return self.send_json(200, data)
                 if what[0] == "status":
-                    return self._send(what[1], b'{"error": "scheduled"}', what[2] if len(what) > 2 else {})
+                    return self.send_json(what[1], b'{"error": "scheduled"}', what[2] if len(what) > 2 else {})
                 if what[0] == "trickle":            # headers at once, then a byte every what[1] s, for 10 s at most
                     data = json.dumps({"choices": [{"message": {"content": "P = 0.5"}}]}).encode()
                     self.send_response(200)
@@ -102,22 +96,9 @@ class ChatServer:
                         pass                        # the client hung up: that is the point
                     self.close_connection = True
                     return None
-                return self._send(200, what[1])
-
-            def _send(self, code: int, data: bytes, headers: dict | None = None):
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for k, v in (headers or {}).items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(data)
+                return self.send_json(200, what[1])
 
         return Handler
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture
