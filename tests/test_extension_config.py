@@ -1,6 +1,7 @@
 """Each extension owns its config: a reward with a parameter of its own, a reader with a setting, a
-backend with its own section and a stage kind with its own section — each one file in
-tests/extensions/, registered at test time (no file of the project edited) — are planned and
+backend with its own section and a stage kind with its own section — each one file of
+tests/extensions_built/ (the files test_extension_build drops into a project copy), registered
+at test time here (no file of the project edited) — are planned and
 dry-run in one run; each key is in the stage ids of the stages that use it and nowhere else; a bad
 value of each is refused at check in one line naming the file and the key."""
 from __future__ import annotations
@@ -20,7 +21,8 @@ from martingale.plan import Plan, config_hash
 
 from projcopy import proj, write_run  # noqa: F401 (proj: fixture)
 
-EXTENSIONS = Path(__file__).parent / "extensions"
+BUILT = Path(__file__).parent / "extensions_built"
+EXTENSIONS = [BUILT / "beliefs/midway.py", BUILT / "model/echo.py", BUILT / "rewards/rpower.py", BUILT / "stages/anneal.py"]
 CHAIN = ["elicit.judge=midway", "midway.value=0.3", "model.backend=echo", "model.echo.delay_ms=5",
          "stages.s1.reward=Rpower", "stages.s1.power=3", "stages.s1.kind=anneal", "anneal.cooling=0.5"]
 
@@ -30,7 +32,7 @@ def installed():
     """The four extension files imported under temporary registries (gone after the block)."""
     with rewards.REWARDS.temporarily(), readers.READERS.temporarily(), backend.backends().temporarily(), \
             stages.kinds().temporarily():
-        for path in sorted(EXTENSIONS.glob("*.py")):
+        for path in EXTENSIONS:
             name = f"test_extension_{path.stem}"
             spec = importlib.util.spec_from_file_location(name, path)
             module = sys.modules[name] = importlib.util.module_from_spec(spec)
@@ -38,7 +40,7 @@ def installed():
         try:
             yield
         finally:
-            for path in EXTENSIONS.glob("*.py"):
+            for path in EXTENSIONS:
                 sys.modules.pop(f"test_extension_{path.stem}", None)
 
 
