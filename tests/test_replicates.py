@@ -40,6 +40,13 @@ def test_seeds_that_disagree_widen_the_interval_beyond_each_seeds_own():
     assert disagree.ci[1] - disagree.ci[0] > 5 * (agree.ci[1] - agree.ci[0])
 
 
+def test_a_seed_with_a_zero_se_beside_others_combines_without_dividing_by_zero():
+    # a seed whose every question gives the same paired effect has a [x, x] CI: its weight (floored
+    # se 1e-12) dwarfs the others', and Σw − Σw²/Σw computed directly cancels to 0.0
+    c = combine([0.0, 0.02, -0.03], [0.0, 0.01, 0.012])
+    assert c.k == 3 and c.tau > 0 and math.isfinite(c.se) and c.ci[0] < 0 < c.ci[1]
+
+
 def test_a_wider_ci_cannot_reproduce_a_null_by_equivalence():
     """TOST: the tight interval inside ±margin gives a small p; the same estimate with a wide
     interval (a noisier test) gives a large one: noise no longer reproduces a null."""

@@ -87,7 +87,10 @@ def combine(estimates: Sequence[float], ses: Sequence[float], level: float = 0.9
     sw = sum(w)
     fixed = sum(wi * yi for wi, yi in zip(w, y)) / sw
     q = sum(wi * (yi - fixed) ** 2 for wi, yi in zip(w, y))
-    tau2 = max(0.0, (q - (k - 1)) / (sw - sum(wi * wi for wi in w) / sw))
+    # Σw − Σw²/Σw as Σ w_i·(Σ_{j≠i} w_j)/Σw: the same number, without the cancellation that made
+    # it 0.0 (a ZeroDivisionError) when one seed's se is near 0 and its weight dwarfs the others'
+    spread = sum(wi * sum(wj for j, wj in enumerate(w) if j != i) for i, wi in enumerate(w)) / sw
+    tau2 = max(0.0, (q - (k - 1)) / spread)
     ws = [1 / (vi + tau2) for vi in v]
     sws = sum(ws)
     mu = sum(wi * yi for wi, yi in zip(ws, y)) / sws
