@@ -40,6 +40,16 @@ def test_every_writer_redacts_a_key_in_the_environment(tmp_path, canary, writer)
     assert MARK.encode() in data
 
 
+def test_a_file_holding_a_key_is_written_once_then_left_as_it_is(tmp_path, canary):
+    # written redacted, so only a comparison of the redacted bytes sees it unchanged (its mtime kept)
+    for write, data in ((files.write_bytes_if_changed, f"key {canary}".encode()),
+                        (files.write_text_if_changed, f"key {canary}")):
+        path = tmp_path / write.__name__
+        assert write(path, data) is True
+        assert write(path, data) is False
+        assert canary not in path.read_text()
+
+
 def test_redacted_json_and_yaml_still_parse_with_the_marker_as_a_string(tmp_path, canary):
     files.write_json(tmp_path / "a.json", {"project": canary})
     files.write_yaml(tmp_path / "a.yaml", {"project": canary})
