@@ -7,15 +7,18 @@ child process, so a rank it kills, or a launch that hangs, cannot take the test 
 STRATEGY ``none``: in this process, no launcher (the 1-rank reference); else ddp | fsdp on RANKS
 ranks through the launcher (1 too: a world of one, as on a machine with one GPU). BACKEND ``vllm``:
 the model of tests/vllmserver.py served by a real vLLM server (rank 0's), the adapter reloaded every
-2 steps.
+2 steps. ``$RANKDRIVER_STAGE``: JSON of stage keys to change (``{"kl_beta": NaN}``).
 """
 from __future__ import annotations
 
 import copy
+import json
+import os
 import sys
 from pathlib import Path
 
 from omegaconf import OmegaConf
+from typed import typed_slice
 
 from martingale.config.schema import Config
 from martingale.core.errors import StageError
@@ -36,7 +39,7 @@ def tiny_cfg(epochs: int, backend: str = "hf") -> dict:
         model = {k: v for k, v in base["model"].items() if k != "distributed"}
         model.update(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
     stage = {**base["stages"]["s1"], "reward": "B", "batch_questions": 4, "generations": 2,
-             "epochs": epochs, "checkpoint_every": 2}
+             "epochs": epochs, "checkpoint_every": 2, **json.loads(os.environ.get("RANKDRIVER_STAGE", "{}"))}
     return {"world": {**base["world"], "n_train": 8, "n_heldout": 8}, "model": model, "seed": 0,
             "stage": stage, "elicit": {**base["elicit"], "mode": "snap"}}
 
@@ -65,7 +68,7 @@ def main(model_dir: str, out_dir: str, n: str, strategy: str, epochs: str, backe
     cfg = tiny_cfg(int(epochs), backend)
     use_threads(1)
     if strategy == "none":
-        train.run(cfg, Path(model_dir), Path(model_dir), Path(out_dir))
+        train.run(typed_slice("train", cfg), Path(model_dir), Path(model_dir), Path(out_dir))
         return 0
     cfg = copy.deepcopy(cfg)
     cfg["model"]["distributed"] = {"ranks": int(n), "strategy": strategy, "nodes": 1}

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from localhttp import JsonHandler, LocalServer
+from typed import typed_slice
 
 from martingale.config.compose import Composer
 from martingale.core.errors import StageError
@@ -147,7 +148,7 @@ def stage_cfg(human_url: str, instructor_url: str, *overrides: str, **api) -> di
 def build(cfg: dict, out: Path) -> dict:
     """Run the simulate stage into ``out``; its backend.json."""
     from martingale.stages.body import simulate
-    simulate.run(cfg, model=out.parent, human_model=out.parent, out_dir=out)
+    simulate.run(typed_slice("simulate", cfg), model=out.parent, human_model=out.parent, out_dir=out)
     return json.loads((out / "backend.json").read_text())
 
 

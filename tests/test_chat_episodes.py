@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from typed import typed_slice
 
 from martingale.config.compose import ComposeError, Composer
 from martingale.episodes import chat
@@ -111,7 +112,7 @@ needs_smollm2 = [pytest.mark.slow, pytest.mark.real("smollm2")]
 def test_smollm2_plays_both_roles_and_every_message_and_read_is_in_the_transcript(tmp_path, one_thread):
     from martingale.stages.body import simulate
     out = tmp_path / "out"
-    simulate.run(_stage_cfg(), model=SMOLLM2, human_model=SMOLLM2, out_dir=out)
+    simulate.run(typed_slice("simulate", _stage_cfg()), model=SMOLLM2, human_model=SMOLLM2, out_dir=out)
     rows = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
     metrics = json.loads((out / "metrics.json").read_text())
     assert len(rows) == 3 and {r["lean"] for r in rows} == {1, -1}
@@ -156,7 +157,7 @@ def test_a_silent_chat_instructor_fails_the_stage_and_writes_nothing(tmp_path, o
     out = tmp_path / "out"
     with pytest.raises(StageError, match=r"^simulate: the instructor said nothing \(empty utterance\) in 3 of 3 "
                                          r"episodes at turn 1 \(assert_spoke"):
-        simulate.run(_stage_cfg(), model=mute, human_model=SMOLLM2, out_dir=out)
+        simulate.run(typed_slice("simulate", _stage_cfg()), model=mute, human_model=SMOLLM2, out_dir=out)
     assert not out.exists()
 
 
@@ -179,7 +180,7 @@ def _instructor_cfg(*overrides: str) -> dict:
 def test_a_smollm2_instructor_trains_two_iterations_against_a_smollm2_human(tmp_path):
     from martingale.stages.body import instructor
     out = tmp_path / "out"
-    instructor.run(_instructor_cfg(), start_model=SMOLLM2, human_model=SMOLLM2, out_dir=out)
+    instructor.run(typed_slice("instructor", _instructor_cfg()), start_model=SMOLLM2, human_model=SMOLLM2, out_dir=out)
     history = [json.loads(x) for x in (out / "train.jsonl").read_text().splitlines()]
     assert [h["iteration"] for h in history] == [0, 1]
     assert all(h["adapter_gap"] > 1e-5 and h["reward"] is not None and h["silent_episodes"] == 0 for h in history)
@@ -196,7 +197,7 @@ def test_a_vllm_served_smollm2_instructor_trains_with_its_adapter_served_in_plac
     out = tmp_path / "out"
     cfg = _instructor_cfg("model.backend=vllm", f"model.vllm.python={REPO / '.venv-vllm' / 'bin' / 'python'}",
                           "simulate.human_model={backend: hf}")
-    instructor.run(cfg, start_model=SMOLLM2, human_model=SMOLLM2, out_dir=out)
+    instructor.run(typed_slice("instructor", cfg), start_model=SMOLLM2, human_model=SMOLLM2, out_dir=out)
     history = [json.loads(x) for x in (out / "train.jsonl").read_text().splitlines()]
     assert [h["iteration"] for h in history] == [0, 1] and all(h["adapter_gap"] > 1e-5 for h in history)
     stage = json.loads((out / "stage.json").read_text())
@@ -227,7 +228,7 @@ def test_a_chat_instructor_stage_fails_on_a_silent_instructor_or_a_no_op_adapter
         start = _mute(tmp_path) if fault == "mute" else SMOLLM2
         cfg = _instructor_cfg(*(["stages.s1.reward=test-constant"] if fault == "no-op" else []))
         with pytest.raises(StageError, match=match):
-            instructor.run(cfg, start_model=start, human_model=SMOLLM2, out_dir=tmp_path / "out")
+            instructor.run(typed_slice("instructor", cfg), start_model=start, human_model=SMOLLM2, out_dir=tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
@@ -261,8 +262,8 @@ def test_api_roles_behind_a_keyed_vllm_server_are_cached_and_the_key_written_now
         api = "{backend: api, api: {model: smollm2_135m, base_url: '" + server.url + "/v1', retries: 1, backoff_s: 0.1}}"
         human, instructor = f"simulate.human_model={api}", f"simulate.instructor_model={api}"
         cfg = _stage_cfg("elicit.read=verbal", human, instructor)
-        simulate.run(cfg, model=SMOLLM2, human_model=SMOLLM2, out_dir=project / "first")
-        simulate.run(cfg, model=SMOLLM2, human_model=SMOLLM2, out_dir=project / "second")
+        simulate.run(typed_slice("simulate", cfg), model=SMOLLM2, human_model=SMOLLM2, out_dir=project / "first")
+        simulate.run(typed_slice("simulate", cfg), model=SMOLLM2, human_model=SMOLLM2, out_dir=project / "second")
         first = json.loads((project / "first/backend.json").read_text())
         second = json.loads((project / "second/backend.json").read_text())
         assert first["human"] == first["instructor"] == {"backend": "api", "api_model": "smollm2_135m"}
@@ -278,7 +279,7 @@ def test_api_roles_behind_a_keyed_vllm_server_are_cached_and_the_key_written_now
         monkeypatch.setenv("MARTINGALE_API_KEY", "not-the-key")
         fresh = _stage_cfg("elicit.read=verbal", human, instructor, "simulate.human_temperature=0.9")   # not cached
         with pytest.raises(StageError, match=r"^simulate\.human_model\.api at .*: HTTP 401 \(the key was refused"):
-            simulate.run(fresh, model=SMOLLM2, human_model=SMOLLM2, out_dir=project / "third")
+            simulate.run(typed_slice("simulate", fresh), model=SMOLLM2, human_model=SMOLLM2, out_dir=project / "third")
         assert not (project / "third").exists()
     finally:
         server.stop()

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from oracle_check import oracle_check
 from scipy import stats
+from typed import typed_slice
 
 from martingale.config.sections import WorldConfig
 from martingale.metrics import MetricError, stage_metrics
@@ -134,12 +135,12 @@ def test_eval_records_k_snap_draws_and_negations_deterministically(snap_cfg, unt
     from martingale.stages.body.evaluate import evaluate_model
     gen = open_model(untrained_model, snap_cfg["model"])
     _, heldout = make_world(snap_cfg["world"]).splits()
-    rows = evaluate_model(gen, None, snap_cfg, heldout)
+    rows = evaluate_model(gen, None, typed_slice("evaluate", snap_cfg), heldout)
     assert all(len(r["snap_draws"]) == 3 and "stated_neg" in r for r in rows)
-    again = evaluate_model(gen, None, snap_cfg, heldout)
+    again = evaluate_model(gen, None, typed_slice("evaluate", snap_cfg), heldout)
     assert [r["snap_draws"] for r in again] == [r["snap_draws"] for r in rows]
     samemode = dict(snap_cfg, elicit={"mode": "samemode", "judge": "trace", "cut": 0.5})
-    assert all("snap_draws" not in r for r in evaluate_model(gen, None, samemode, heldout))
+    assert all("snap_draws" not in r for r in evaluate_model(gen, None, typed_slice("evaluate", samemode), heldout))
     bad = dict(snap_cfg, eval=dict(snap_cfg["eval"], prior_draws=-1))
     with pytest.raises(ValueError, match="prior_draws"):
-        evaluate_model(gen, None, bad, heldout)
+        evaluate_model(gen, None, typed_slice("evaluate", bad), heldout)

@@ -2,6 +2,7 @@
 import json
 
 import pytest
+from typed import typed_slice
 
 from martingale.model.load import load
 from martingale.stages.body import distill
@@ -12,8 +13,8 @@ def test_distill_writes_a_merged_model_and_is_deterministic(tmp_path, default_cf
     cfg = {"world": default_cfg["world"], "model": default_cfg["model"], "seed": 0,
            "distill": {**default_cfg["distill"], "steps": 3, "batch_size": 4}}
     a, b = tmp_path / "a", tmp_path / "b"
-    distill.run(cfg, untrained_model, a)
-    distill.run(cfg, untrained_model, b)
+    distill.run(typed_slice("distill", cfg), untrained_model, a)
+    distill.run(typed_slice("distill", cfg), untrained_model, b)
 
     stage = json.loads((a / "stage.json").read_text())
     assert stage["kind"] == "distill" and stage["history"] and stage["history"][-1]["step"] == 2

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from typed import typed_slice
 
 from projcopy import SMOKE, make_project
 
@@ -257,7 +258,7 @@ def test_same_seed_gives_byte_identical_records(built, tmp_path):
     s2 = plan.stages[ev["model_stage"]]
     cfg = plan.stages[ev["eval_stage"]].cfg
     inputs = plan.stages[ev["eval_stage"]].inputs
-    evaluate.run(cfg, built / stage_dir(inputs["model"]), built / stage_dir(inputs["judge_model"]),
+    evaluate.run(typed_slice("evaluate", cfg), built / stage_dir(inputs["model"]), built / stage_dir(inputs["judge_model"]),
                  tmp_path / "again")
     assert (tmp_path / "again/records.jsonl").read_bytes() == (built / ev["dir"] / "records.jsonl").read_bytes()
     # ... and retraining the stage from the same start, on its own thread count as its job did
@@ -266,7 +267,7 @@ def test_same_seed_gives_byte_identical_records(built, tmp_path):
     before = torch.get_num_threads()
     torch.set_num_threads(s2.cfg["model"]["threads"])
     try:
-        train.run(s2.cfg, built / stage_dir(s2.inputs["start_model"]), built / stage_dir(s2.inputs["judge_model"]),
+        train.run(typed_slice("train", s2.cfg), built / stage_dir(s2.inputs["start_model"]), built / stage_dir(s2.inputs["judge_model"]),
                   tmp_path / "s2")
     finally:
         torch.set_num_threads(before)

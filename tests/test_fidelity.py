@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 from scipy.special import expit
+from typed import typed_section
 
 from martingale.config.sections import WorldConfig
 from martingale.metrics import overconfidence, stage_metrics
@@ -21,7 +22,7 @@ def world():
 
 
 def _distill(**over):
-    return {**OmegaConf.to_container(OmegaConf.structured(DistillConfig)), **over}
+    return typed_section("distill", {**OmegaConf.to_container(OmegaConf.structured(DistillConfig)), **over})
 
 
 def _snap_p(world, q):

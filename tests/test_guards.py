@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from typed import typed_slice
 
 from martingale import rewards
 from martingale.core.errors import StageError
@@ -36,7 +37,7 @@ def test_a_training_stage_that_left_the_weights_unchanged_fails(tmp_path, defaul
            "elicit": {"mode": "samemode", "judge": "trace", "cut": 0.5}}
     with pytest.raises(StageError, match=r"^train stage \(test-constant reward\): training did not move "
                                          r"the model \(\d+ steps") as info:
-        train.run(cfg, start_model=untrained_model, judge_model=untrained_model, out_dir=tmp_path / "out")
+        train.run(typed_slice("train", cfg), start_model=untrained_model, judge_model=untrained_model, out_dir=tmp_path / "out")
     assert "\n" not in str(info.value) and not (tmp_path / "out").exists()
 
 
@@ -72,10 +73,10 @@ def test_the_evaluate_stage_under_its_parse_rate_floor_fails_and_writes_nothing(
                                                                                untrained_model):
     out = tmp_path / "out"
     with pytest.raises(StageError, match=PARSE_FLOOR) as info:
-        evaluate.run(_measure_cfg(default_cfg, 0.5), model=untrained_model, judge_model=untrained_model,
+        evaluate.run(typed_slice("evaluate", _measure_cfg(default_cfg, 0.5)), model=untrained_model, judge_model=untrained_model,
                      out_dir=out)
     assert "\n" not in str(info.value) and not out.exists()
-    evaluate.run(_measure_cfg(default_cfg, 0.0), model=untrained_model, judge_model=untrained_model, out_dir=out)
+    evaluate.run(typed_slice("evaluate", _measure_cfg(default_cfg, 0.0)), model=untrained_model, judge_model=untrained_model, out_dir=out)
     assert (out / "records.jsonl").exists()
 
 
@@ -85,10 +86,10 @@ def test_the_simulate_stage_under_its_parse_rate_floor_fails_and_writes_nothing(
     sim = {**default_cfg["simulate"], "episodes": 8, "turns": 2}
     out = tmp_path / "out"
     with pytest.raises(StageError, match=PARSE_FLOOR) as info:
-        simulate.run(_measure_cfg(default_cfg, 0.5, simulate=sim), model=untrained_model,
+        simulate.run(typed_slice("simulate", _measure_cfg(default_cfg, 0.5, simulate=sim)), model=untrained_model,
                      human_model=untrained_model, out_dir=out)
     assert "\n" not in str(info.value) and not out.exists()
-    simulate.run(_measure_cfg(default_cfg, 0.0, simulate=sim), model=untrained_model,
+    simulate.run(typed_slice("simulate", _measure_cfg(default_cfg, 0.0, simulate=sim)), model=untrained_model,
                  human_model=untrained_model, out_dir=out)
     assert (out / "records.jsonl").exists()
 
@@ -104,7 +105,7 @@ def test_a_model_path_that_is_not_a_model_folder_is_refused_before_anything_is_l
     from martingale.stages.body import weights
     path = make(tmp_path)
     with pytest.raises(StageError, match=r"^model\.path: .*" + why) as e:
-        weights.run({"model": {"path": str(path)}}, tmp_path / "out")
+        weights.run(typed_slice("weights", {"model": {"path": str(path)}}), tmp_path / "out")
     assert "\n" not in str(e.value)
     assert not (tmp_path / "out").exists()
 
@@ -138,7 +139,7 @@ def test_a_trained_instructor_identical_to_its_start_fails_the_simulate_stage(tm
     out = tmp_path / "out"
     with pytest.raises(StageError, match=r"^simulate: the trained instructor speaks exactly as its start model "
                                          r"\(max \|Δ log-prob\| 0\.00e\+00 ≤ model\.vllm\.adapter_floor") as info:
-        simulate.run(_simulate_cfg(default_cfg), model=same, human_model=untrained_model, out_dir=out)
+        simulate.run(typed_slice("simulate", _simulate_cfg(default_cfg)), model=same, human_model=untrained_model, out_dir=out)
     assert "\n" not in str(info.value) and not out.exists()
 
 
@@ -153,12 +154,12 @@ def test_an_instructor_that_says_nothing_fails_the_simulate_stage(tmp_path, defa
     gen = mute / "model" / "generation_config.json"     # where load.save put it (a stage folder's model/)
     cfg = json.loads(gen.read_text())
     out = tmp_path / "out"
-    simulate.run(_simulate_cfg(default_cfg), model=mute, human_model=untrained_model, out_dir=out)
+    simulate.run(typed_slice("simulate", _simulate_cfg(default_cfg)), model=mute, human_model=untrained_model, out_dir=out)
     assert (out / "records.jsonl").exists()
     cfg["suppress_tokens"] = [i for i in range(len(tok)) if i != tok.eos_token_id]
     gen.write_text(json.dumps(cfg))
     out = tmp_path / "out-mute"
     with pytest.raises(StageError, match=r"^simulate: the instructor said nothing \(empty utterance\) in 8 of 8 "
                                          r"episodes at turn 1 \(assert_spoke; e\.g\. episode 0\)$"):
-        simulate.run(_simulate_cfg(default_cfg), model=mute, human_model=untrained_model, out_dir=out)
+        simulate.run(typed_slice("simulate", _simulate_cfg(default_cfg)), model=mute, human_model=untrained_model, out_dir=out)
     assert not out.exists()

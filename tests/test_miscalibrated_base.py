@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
+from typed import typed_section
 
 from martingale.config.compose import ComposeError, Composer
 from martingale.config.sections import WorldConfig
@@ -50,7 +51,7 @@ def test_the_misreading_teacher_flips_a_clues_direction_at_its_rate(world):
 def test_the_miscalibrated_teacher_is_worse_than_the_constant_and_leans_above_the_base_rate(world):
     """The level the knob's defaults were set to, from the log's Llama base (0.2546 vs 0.211 and
     mean belief ≈ +0.1 above the base rate): the teacher's own final beliefs on held-out questions."""
-    p = Composer(FIXTURE / "conf").compose(MISCAL)["pretrain"]
+    p = typed_section("pretrain", Composer(FIXTURE / "conf").compose(MISCAL)["pretrain"])
     t = teacher_traits(p, world.unit)
     _, held = world.splits()
     rng = np.random.default_rng(4)
@@ -62,7 +63,7 @@ def test_the_miscalibrated_teacher_is_worse_than_the_constant_and_leans_above_th
 
 
 def test_the_calibrated_base_has_no_teacher_traits_and_its_mixture_is_the_bayes_reasoners(world):
-    p = Composer(FIXTURE / "conf").compose([])["pretrain"]
+    p = typed_section("pretrain", Composer(FIXTURE / "conf").compose([])["pretrain"])
     assert teacher_traits(p, world.unit) is None
     a = mixture(world, np.random.default_rng(5), 50, p, None)
     b = mixture(world, np.random.default_rng(5), 50, p, teacher_traits(p, world.unit))
@@ -100,7 +101,7 @@ def test_the_drifting_teachers_lean_grows_along_its_trace_and_is_in_no_other_d_i
     its mean update is toward yes; another teacher's D has no yes_drift in its id."""
     from martingale.stages.body.distill import teacher_traits as d_traits
     cfg = Composer(FIXTURE / "conf").compose(["start=D"])
-    t = d_traits(cfg["distill"], world.unit)
+    t = d_traits(typed_section("distill", cfg["distill"]), world.unit)
     assert t["drift"] == 1 and "shift" not in t
     qs = world.sample(500, np.random.default_rng(8), "x")
     rng = np.random.default_rng(9)

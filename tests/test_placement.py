@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from typed import typed_section, typed_slice
 
 from martingale.core.errors import StageError
 from martingale.model.load import placement
@@ -41,7 +42,7 @@ def test_asking_for_cuda_without_a_gpu_fails_the_stage_in_one_line():
 def test_distill_trains_on_the_cpu_in_full_precision_where_the_model_is_on_the_cpu(tmp_path):
     from martingale.stages.body.distill import sft_config
     d = {"seed": 0, "steps": 2, "batch_size": 2, "lr": 1e-3}
-    cpu = sft_config(d, 0, str(tmp_path), device="cpu", dtype="float32")
+    cpu = sft_config(typed_section("distill", d), 0, str(tmp_path), device="cpu", dtype="float32")
     assert cpu.use_cpu and not cpu.bf16 and not cpu.fp16
 
 
@@ -49,7 +50,7 @@ def test_distill_trains_on_the_cpu_in_full_precision_where_the_model_is_on_the_c
 def test_distill_trains_on_the_gpu_in_bfloat16_where_the_model_is_there(tmp_path):
     from martingale.stages.body.distill import sft_config
     d = {"seed": 0, "steps": 2, "batch_size": 2, "lr": 1e-3}
-    gpu = sft_config(d, 0, str(tmp_path), device="cuda:0", dtype="bfloat16")
+    gpu = sft_config(typed_section("distill", d), 0, str(tmp_path), device="cuda:0", dtype="bfloat16")
     assert not gpu.use_cpu and gpu.bf16 and not gpu.fp16
 
 
@@ -82,7 +83,7 @@ def test_the_evaluate_stage_runs_its_model_on_the_gpu_in_bfloat16(tmp_path, defa
     import json
 
     from martingale.stages.body import evaluate
-    evaluate.run(_gpu_cfg(default_cfg), model=untrained_model, judge_model=untrained_model, out_dir=tmp_path / "out")
+    evaluate.run(typed_slice("evaluate", _gpu_cfg(default_cfg)), model=untrained_model, judge_model=untrained_model, out_dir=tmp_path / "out")
     where = json.loads((tmp_path / "out" / "backend.json").read_text())
     assert where["device"].startswith("cuda") and where["dtype"] == "bfloat16", where
 
@@ -95,6 +96,6 @@ def test_a_training_stage_steps_on_the_gpu_in_bfloat16(tmp_path, default_cfg, un
     cfg = _gpu_cfg(default_cfg)
     cfg.update(stage={**default_cfg["stages"]["s1"], "reward": "BP", "batch_questions": 4, "generations": 2, "epochs": 1},
                elicit={"mode": "samemode", "judge": "trace", "cut": 0.5})
-    train.run(cfg, start_model=untrained_model, judge_model=untrained_model, out_dir=tmp_path / "out")
+    train.run(typed_slice("train", cfg), start_model=untrained_model, judge_model=untrained_model, out_dir=tmp_path / "out")
     where = json.loads((tmp_path / "out" / "stage.json").read_text())
     assert where["device"].startswith("cuda") and where["dtype"] == "bfloat16", where

@@ -9,6 +9,7 @@ import struct
 from pathlib import Path
 
 import pytest
+from typed import typed_slice
 
 from martingale import rewards
 from martingale.stages.body import train
@@ -47,11 +48,12 @@ def run_steps(cfg: dict, model_dir: Path, work: Path) -> bytes:
     from martingale.beliefs.readers import ReadContext
     from martingale.model.backend import open_model
     from martingale.stages.body.common import make_world, seed_everything
-    seed_everything(cfg["seed"])
-    world = make_world(cfg["world"])
+    cfg = typed_slice("train", cfg)
+    seed_everything(cfg.seed)
+    world = make_world(cfg.world)
     train_q, _ = world.splits()
-    policy = lora_policy(open_model(model_dir, cfg["model"]), cfg["stage"], cfg["model"])
-    history = train.train_steps(policy, rewards.bind("B", cfg["stage"]), train_q,
+    policy = lora_policy(open_model(model_dir, cfg.model), cfg.stage, cfg.model)
+    history = train.train_steps(policy, rewards.bind("B", cfg.stage), train_q,
                                 ReadContext(world=world, config=cfg), cfg, work / ".ckpt", "train stage")
     files.write_jsonl(work / "train.jsonl", history)
     return (work / "train.jsonl").read_bytes()
@@ -232,7 +234,8 @@ def test_an_instructor_stage_logs_one_progress_line_per_iteration(tmp_path, defa
            "instructor": {**default_cfg["instructor"], "iterations": 3, "train_episodes": 8, "meta_size": 4},
            "stage": {**default_cfg["stages"]["s1"], "kind": "instructor", "reward": "episode_ms"}}
     with caplog.at_level(logging.INFO, logger="martingale"):
-        instructor.run(cfg, start_model=untrained_model, human_model=untrained_model, out_dir=tmp_path / "out")
+        instructor.run(typed_slice("instructor", cfg), start_model=untrained_model, human_model=untrained_model,
+                       out_dir=tmp_path / "out")
     lines = [r.getMessage() for r in caplog.records if " iteration " in r.getMessage()]
     assert [re.search(r"iteration (\d+/\d+) ", m)[1] for m in lines] == ["1/3", "2/3", "3/3"]
     assert all(re.search(r"kl \S+ loss \S+ human_ms \S+ .* \d+ utterance tok/s .* eta \d+:\d\d:\d\d$", m)

@@ -41,10 +41,10 @@ def model(tmp_path_factory) -> Path:
 
 
 def drive(model: Path, out: Path, n: int, strategy: str = "ddp", epochs: int = 2,
-          wait: bool = True, backend: str = "hf") -> subprocess.CompletedProcess | subprocess.Popen:
+          wait: bool = True, backend: str = "hf", stage: dict | None = None) -> subprocess.CompletedProcess | subprocess.Popen:
     cmd = [sys.executable, str(DRIVER), str(model.resolve()), str(out.resolve()), str(n), strategy, str(epochs),
            backend]
-    env = {**os.environ, "WANDB_MODE": "disabled"}
+    env = {**os.environ, "WANDB_MODE": "disabled", "RANKDRIVER_STAGE": json.dumps(stage or {})}
     out.parent.mkdir(parents=True, exist_ok=True)     # its cwd: a server's log goes to logs/vllm there
     if not wait:
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
@@ -187,6 +187,18 @@ def test_a_killed_rank_fails_the_stage_naming_it_and_a_rerun_resumes_to_the_same
     for name in ("train.jsonl", "model/model.safetensors"):
         assert (out / name).read_bytes() == (whole / name).read_bytes(), name
     assert not ckpt.exists()
+
+
+@pytest.mark.slow
+def test_a_ranks_own_error_is_the_stages_one_line_not_torchruns_exit_code(model, tmp_path):
+    """A NaN loss stops each rank with its own StageError, which it leaves in its error file: the
+    stage fails with that message, where torchrun alone would only say which rank exited 1."""
+    out = tmp_path / "nan" / "train"
+    res = drive(model, out, 2, epochs=1, stage={"kl_beta": float("nan")})
+    assert res.returncode == 1
+    assert res.stderr.strip().splitlines()[-1].startswith(
+        "martingale: train stage (B reward): loss is nan at step 0 (lr 0.001, kl_beta nan): stopping"), res.stderr[-2000:]
+    assert not out.exists()
 
 
 def test_every_rank_runs_as_many_loss_chunks_as_the_others(monkeypatch):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from reward_batch import compute
+from typed import typed_slice
 
 from martingale import rewards
 from martingale.beliefs import readers
@@ -151,7 +152,7 @@ def test_evaluate_opens_the_judge_model_only_when_the_reader_needs_it(
     if judge_elsewhere:
         judge_folder = tmp_path / "judge"
         shutil.copytree(untrained_model, judge_folder)
-    evaluate.run(cfg, untrained_model, judge_folder, tmp_path / "out")
+    evaluate.run(typed_slice("evaluate", cfg), untrained_model, judge_folder, tmp_path / "out")
     assert len(calls) == opened and (tmp_path / "out" / "records.jsonl").exists()
 
 

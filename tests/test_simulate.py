@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from typed import typed_slice
 
 from martingale.metrics import entrenched, episode_metrics
 
@@ -137,7 +138,7 @@ def _play_with(root: Path, instructor, strict: bool = True):
     from martingale.model.backend import open_model
     from martingale.stages.body.common import make_world
     from martingale.stages.body.simulate import episode_questions, play
-    cfg = _stage_cfg(root, "c2-syc")
+    cfg = typed_slice("simulate", _stage_cfg(root, "c2-syc"))
     world = make_world(cfg["world"])
     human = open_model(_pretrained(root), cfg["model"])
     eps = setup(world, episode_questions(world, cfg["simulate"]), cfg["simulate"], 42)
@@ -159,7 +160,7 @@ def test_a_trained_instructor_that_speaks_as_its_start_model_fails_the_episode_s
     shutil.copytree(_pretrained(built), noop)       # "trained", but its weights are the start model's
     out = tmp_path / "out"
     with pytest.raises(StageError, match="adapter was not applied"):
-        simulate.run(_stage_cfg(built, "c2-syc"), model=noop, human_model=_pretrained(built), out_dir=out)
+        simulate.run(typed_slice("simulate", _stage_cfg(built, "c2-syc")), model=noop, human_model=_pretrained(built), out_dir=out)
     assert not out.exists()
 
 
@@ -170,7 +171,7 @@ def test_an_instructor_adapter_that_is_never_applied_fails_the_instructor_stage(
     monkeypatch.setattr(instructor, "update", lambda policy, loss: None)   # the optimizer step never lands
     out = tmp_path / "out"
     with pytest.raises(StageError, match="not applied"):
-        instructor.run(_stage_cfg(built, "c3-episode-ms"), start_model=_pretrained(built),
+        instructor.run(typed_slice("instructor", _stage_cfg(built, "c3-episode-ms")), start_model=_pretrained(built),
                        human_model=_pretrained(built), out_dir=out)
     assert not out.exists()
 

@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 import torch
+from typed import typed_section, typed_slice
 
 from martingale.core.errors import StageError
 from martingale.stages.body import train
@@ -57,7 +58,8 @@ def _moved_policy(model, cfg, stage, loss_batch):
     from martingale.model.hf import HFBackend
     from martingale.training.policy import lora_policy
     torch.manual_seed(0)
-    policy = lora_policy(HFBackend.load(model, cfg["model"]), stage, {**cfg["model"], "loss_batch": loss_batch})
+    policy = lora_policy(HFBackend.load(model, cfg["model"]), typed_section("stage", stage),
+                         typed_section("model", {**cfg["model"], "loss_batch": loss_batch}))
     with torch.no_grad():
         for p in policy.params:
             p.normal_(0, 0.05)
@@ -75,7 +77,7 @@ def test_nan_loss_stops_the_stage_with_a_clear_error_and_writes_nothing(tmp_path
     cfg = {"world": default_cfg["world"], "model": default_cfg["model"],
            "elicit": {"mode": "samemode", "judge": "trace", "cut": 0.5}, "stage": stage, "seed": 1, "name": "s1"}
     with pytest.raises(StageError, match=r"train stage \(B reward\): loss is nan at step 0"):
-        train.run(cfg, untrained_model, untrained_model, tmp_path / "out")
+        train.run(typed_slice("train", cfg), untrained_model, untrained_model, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 

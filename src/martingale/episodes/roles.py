@@ -3,6 +3,7 @@ changed. Read at plan time (a role's needs) and by the episode stages."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -19,9 +20,9 @@ def role_model(cfg: dict[str, Any], role: str) -> dict[str, Any]:
 
 def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     """``base`` with ``over``'s keys: mappings in both merged recursively, anything else replaced."""
-    out = copy.deepcopy(base)
+    out = {k: dict(v) if isinstance(v, Mapping) else copy.deepcopy(v) for k, v in base.items()}
     for key, value in over.items():
-        both = isinstance(out.get(key), dict) and isinstance(value, dict)
+        both = isinstance(out.get(key), Mapping) and isinstance(value, Mapping)
         out[key] = merged(out[key], value) if both else copy.deepcopy(value)
     return out
 

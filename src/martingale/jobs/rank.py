@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+from ..config.slices import stage_config
 from ..core.errors import StageError
 from ..core.threads import use_threads
 from ..stages import kinds
@@ -44,7 +45,8 @@ def main(spec_path: str) -> int:
         use_threads(int(spec["threads"]))
         inputs = {role: Path(folder) for role, folder in spec["inputs"].items()}
         with collecting(Path(spec["out_dir"]), Path.cwd()):     # provenance.json, as in a one-rank job
-            kinds()[spec["kind"]].run(spec["cfg"], out_dir=Path(spec["out_dir"]), **inputs)
+            kind = kinds()[spec["kind"]]
+            kind.run(stage_config(kind, spec["cfg"]), out_dir=Path(spec["out_dir"]), **inputs)
         ranks.leave()
     except BaseException as e:       # noqa: BLE001 - every failure is this rank's one line
         log.exception("rank %d failed", rank)

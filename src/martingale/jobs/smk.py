@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from martingale.records.aggregate import write_run_results
 
+from ..config.slices import stage_config
 from ..core.errors import StageError
 from ..core.threads import use_threads
 from ..stages import kinds
@@ -128,7 +129,7 @@ def run_stage(snakemake: Any) -> None:
                 if kind.ranked and ranks_of(cfg.get("model"))[0] > 1:
                     ranks.launch(kind.name, cfg, inputs, out_dir, threads)
                 else:
-                    kind.run(cfg, out_dir=out_dir, **inputs)
+                    kind.run(stage_config(kind, cfg), out_dir=out_dir, **inputs)
             track_stage(snakemake)
     except BaseException:
         # The job fails, so Snakemake deletes its output (the manifest): a folder the body had

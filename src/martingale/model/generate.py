@@ -2,12 +2,16 @@
 with transformers in-process: the ``hf`` backend's implementation (model.backend.HFBackend)."""
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from .lean import Cache, Lean
+
+log = logging.getLogger("martingale")
 
 
 @dataclass
@@ -36,8 +40,13 @@ def sample(model, tokenizer, prompts: list[str], max_new_tokens: int, temperatur
     chunks = length_chunks(tokenizer, prompts, batch_size)
     if len(chunks) == 1:
         return _sample(model, tokenizer, prompts, max_new_tokens, temperature, seed)
-    parts = [_sample(model, tokenizer, [prompts[i] for i in idx], max_new_tokens, temperature,
-                     seed * 100_003 + j) for j, idx in enumerate(chunks)]
+    parts, t0 = [], time.perf_counter()
+    for j, idx in enumerate(chunks):     # a long eval says how far it is, a line a batch
+        parts.append(_sample(model, tokenizer, [prompts[i] for i in idx], max_new_tokens, temperature,
+                             seed * 100_003 + j))
+        spent = time.perf_counter() - t0
+        log.info("sampling: batch %d/%d (%d prompts) %.0fs, eta %.0fs", j + 1, len(chunks), len(idx), spent,
+                 spent / (j + 1) * (len(chunks) - j - 1))
     prompt_ids = [None] * len(prompts)
     completion_ids = [None] * len(prompts)
     for idx, part in zip(chunks, parts):

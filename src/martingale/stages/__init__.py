@@ -23,6 +23,13 @@ from typing import Any, Callable, Optional
 from ..core.registry import Registry
 from ..core.settings import Section
 
+StageSlice = Any
+"""What a body receives: its kind's slice typed (config/slices.py builds it from the plan's):
+attributes of the schema's types, ``cfg.stage.lr`` a float, ``cfg.seed`` an int."""
+SliceSection = Any
+"""One section of a stage slice (``cfg.world``, ``cfg.stage``): attributes, and ``sec["key"]`` for
+the model, world and belief code that reads a section as a mapping."""
+
 PLACES = ("source", "start", "step", "measure")
 HELPERS = ("body",)   # the bodies' package: imported only by a job (StageKind.run)
 

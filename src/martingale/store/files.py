@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
@@ -25,7 +26,7 @@ def _finite(obj: Any) -> Any:
     """NaN and ±inf become null: JSON has no NaN, and a missing number must not look like one."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
-    if isinstance(obj, dict):
+    if isinstance(obj, Mapping):       # a typed config section too (config/slices.py)
         return {k: _finite(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [_finite(v) for v in obj]
@@ -86,7 +87,7 @@ class Redactor:
         """A copy of a JSON/YAML-like object with every string (keys too) redacted."""
         if isinstance(obj, str):
             return self.text(obj)
-        if isinstance(obj, dict):
+        if isinstance(obj, Mapping):
             return {self.obj(k): self.obj(v) for k, v in obj.items()}
         if isinstance(obj, (list, tuple)):
             return [self.obj(v) for v in obj]

@@ -49,9 +49,9 @@ def folder(out_dir: Path | str) -> Path:
     return out_dir.parent / f".{out_dir.name}.ckpt"
 
 
-def fingerprint(cfg: dict[str, Any]) -> str:
-    """sha256 of the stage config, less the keys that do not change the run."""
-    stage = {k: v for k, v in cfg["stage"].items() if k not in NOT_FINGERPRINTED}
+def fingerprint(cfg: Any) -> str:
+    """sha256 of the stage's typed config, less the keys that do not change the run."""
+    stage = {k: v for k, v in cfg.stage.items() if k not in NOT_FINGERPRINTED}
     return hashlib.sha256(files.canonical_json({**cfg, "stage": stage}).encode("utf-8")).hexdigest()
 
 
@@ -60,7 +60,7 @@ def adapter(model) -> dict[str, Any]:
     return {n: p for n, p in model.named_parameters() if p.requires_grad}
 
 
-def save(ckpt: Path, policy, cfg: dict[str, Any], progress: Progress, epoch_rng: dict) -> None:
+def save(ckpt: Path, policy, cfg: Any, progress: Progress, epoch_rng: dict) -> None:
     """Write the checkpoint of ``progress`` (``epoch_rng``: the order RNG's state before this
     epoch's permutation), then remove the older ones. On ranks every rank calls it (the adapter and
     the optimizer state are gathered whole) and rank 0 writes."""
@@ -94,7 +94,7 @@ def trainer_state(policy) -> tuple[dict[str, Any], dict[str, Any]]:
             get_optimizer_state_dict(policy.model, policy.opt, options=whole))
 
 
-def resume(ckpt: Path, policy, cfg: dict[str, Any], order_rng) -> Progress:
+def resume(ckpt: Path, policy, cfg: Any, order_rng) -> Progress:
     """Load the newest checkpoint that verifies into ``policy`` and ``order_rng``; Progress() (start
     over) when there is none. One that does not verify is discarded with a log line. On ranks each
     reads the same files, so all reach the same verdict; rank 0 removes the discarded ones after."""
@@ -121,7 +121,7 @@ class _Unusable(Exception):
     """A checkpoint that cannot be resumed from (the message says why)."""
 
 
-def _load(one: Path, policy, cfg: dict[str, Any], order_rng) -> Progress:
+def _load(one: Path, policy, cfg: Any, order_rng) -> Progress:
     """One checkpoint folder into ``policy`` and ``order_rng``, or _Unusable; everything is read
     and checked (manifest, config, tensor names and shapes) before either is touched."""
     bad = problems(one)

@@ -30,27 +30,27 @@ class Policy:
     loss_gen: Any = None            # the backend the loss's forward goes through (ranks: the DDP wrapper)
     loss_model: Any = None          # the module that forward is (its no_sync for accumulated chunks)
     start_model: Path | None = None  # the start model's folder: FSDP rebuilds the policy whole from it to merge
-    stage: dict[str, Any] | None = None
-    model_cfg: dict[str, Any] | None = None
+    stage: Any = None
+    model_cfg: Any = None
 
 
-def lora_model(model, stage: dict[str, Any], model_cfg: dict[str, Any]):
+def lora_model(model, stage: Any, model_cfg: Any):
     """A LoRA adapter (r, α = 2r, no dropout) on ``model``'s ``model.lora_targets``."""
-    r = int(stage["lora_r"])
+    r = stage.lora_r
     return get_peft_model(model, LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.0,
-                                            target_modules=list(model_cfg["lora_targets"])))
+                                            target_modules=list(model_cfg.lora_targets)))
 
 
-def lora_policy(start, stage: dict[str, Any], model_cfg: dict[str, Any], start_model: Path | None = None) -> Policy:
+def lora_policy(start, stage: Any, model_cfg: Any, start_model: Path | None = None) -> Policy:
     """A LoRA adapter on the start backend's model (an in-process torch model), wrapped in the
     same backend so the rollouts sample from the policy, spread over the stage's ranks
     (ranks.distribute); AdamW on the adapter."""
 
     model, loss_model = ranks.distribute(lora_model(start.model, stage, model_cfg))
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=float(stage["lr"]), weight_decay=0.0)
+    opt = torch.optim.AdamW(params, lr=stage.lr, weight_decay=0.0)
     gen = start.with_model(model)
-    return Policy(model, gen, opt, params, loss_batch=int(model_cfg.get("loss_batch") or 0),
+    return Policy(model, gen, opt, params, loss_batch=model_cfg.loss_batch,
                   loss_gen=gen if loss_model is model else start.with_model(loss_model), loss_model=loss_model,
                   start_model=start_model, stage=stage, model_cfg=model_cfg)
 
@@ -82,14 +82,14 @@ def update(policy: Policy, loss: torch.Tensor) -> None:
     policy.opt.step()
 
 
-def check_adapter_finite(policy: Policy, name: str, step: int, stage: dict[str, Any]) -> None:
+def check_adapter_finite(policy: Policy, name: str, step: int, stage: Any) -> None:
     """Stop the stage when an optimizer step left NaN/Inf in the adapter: otherwise the next
     rollout fails inside the sampler with a message that does not say why (on ranks: in any shard)."""
     for tensor, p in checkpoint.adapter(policy.model).items():
         local = p.detach().to_local() if hasattr(p, "to_local") else p.detach()
         if float(ranks.reduce(float(not torch.isfinite(local).all()), "max")):
             raise StageError(f"{name}: adapter weights hold NaN/Inf (tensor {tensor}) after step "
-                             f"{step} (lr {stage['lr']}, kl_beta {stage['kl_beta']}): stopping")
+                             f"{step} (lr {stage.lr}, kl_beta {stage.kl_beta}): stopping")
 
 
 def write_trained(out_dir: Path, policy: Policy, start_digest: str, tokenizer, history: list[dict[str, Any]],

@@ -20,10 +20,10 @@ def run(cfg, start_model, out_dir):
 
     from martingale.model.load import load, save
     from martingale.store import files
-    model, tok = load(start_model, cfg["model"])
+    model, tok = load(start_model, cfg.model)
     with torch.no_grad():
         for p in model.parameters():
-            p.mul_(1 - float(cfg["anneal"]["cooling"]) / 1000)
+            p.mul_(1 - cfg.anneal.cooling / 1000)
     with files.atomic_dir(out_dir) as tmp:
         save(model, tok, tmp)
-        files.write_json(tmp / "stage.json", {"kind": "anneal", "cooling": float(cfg["anneal"]["cooling"])})
+        files.write_json(tmp / "stage.json", {"kind": "anneal", "cooling": cfg.anneal.cooling})

@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import math
 import random
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import torch
@@ -13,6 +13,7 @@ from ...core.errors import StageError
 from ...world.jsonl import JsonlWorld
 from ...world.questions import QuestionsError
 from ...world.synthetic import SyntheticWorld
+from .. import SliceSection
 
 log = logging.getLogger("martingale")
 
@@ -25,7 +26,7 @@ def seed_everything(seed: int) -> None:
     torch.use_deterministic_algorithms(True, warn_only=True)
 
 
-def make_world(world_cfg: dict[str, Any]) -> SyntheticWorld:
+def make_world(world_cfg: SliceSection) -> SyntheticWorld:
     """The world a stage reads: the synthetic one, or its clue table with a questions file's
     questions (world=jsonl; world/jsonl.py). A stage whose slice has no ``name`` (one that never
     asks a question: pretrain, distill) gets the clue table alone."""

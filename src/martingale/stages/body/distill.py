@@ -36,69 +36,70 @@ from ...core.errors import StageError
 from ...model.load import describe, load, save
 from ...store import files
 from ...training import ranks
+from .. import SliceSection, StageSlice
 from .common import log, make_world, seed_everything
-from .pretrain import mixture
+from .pretrain import Mix, mixture
 
-MIX = {"negation_fraction": 0.25, "snap_fraction": 0.1, "read_fraction": 0.15}
+MIX = Mix(negation_fraction=0.25, snap_fraction=0.1, read_fraction=0.15)
 WARMUP = 20
 
 
-def lora_config(d: dict[str, Any], model_cfg: dict[str, Any]):
+def lora_config(d: SliceSection, model_cfg: SliceSection):
     """LoRA on attention, MLP and the input embeddings; the output head is trained in full.
 
     TRL 1.16's SFTTrainer raises a ValueError for a LoRA adapter on ``lm_head`` (its fused LM head
     multiplies by ``lm_head.weight`` directly, so such an adapter would never train), even though
     this stage computes the loss without the fused head. ``modules_to_save`` trains a copy of the
     head instead (vocabulary × hidden ≈ 23k weights); merging writes that copy into the model."""
-    targets = list(model_cfg["lora_targets"]) + ["gate_proj", "up_proj", "down_proj", "embed_tokens"]
-    return LoraConfig(r=int(d["lora_r"]), lora_alpha=2 * int(d["lora_r"]), lora_dropout=0.0,
+    targets = list(model_cfg.lora_targets) + ["gate_proj", "up_proj", "down_proj", "embed_tokens"]
+    return LoraConfig(r=d.lora_r, lora_alpha=2 * d.lora_r, lora_dropout=0.0,
                       target_modules=sorted(set(t for t in targets if t != "lm_head")),
                       modules_to_save=["lm_head"], task_type="CAUSAL_LM")
 
 
-def teacher_traits(d: dict[str, Any], unit: float) -> dict[str, Any]:
+def teacher_traits(d: SliceSection, unit: float) -> dict[str, Any]:
     """The biased teacher's traits for pretrain.mixture, from ``distill``: what ``teacher`` turns on."""
-    entrench, over = d["teacher"] in ("entrench", "both", "drift"), d["teacher"] in ("overconfident", "both")
+    entrench, over = d.teacher in ("entrench", "both", "drift"), d.teacher in ("overconfident", "both")
     traits: dict[str, Any] = {}
     if entrench:
-        traits.update(agree=float(d["agree_weight"]), disagree=float(d["disagree_weight"]),
-                      jitter=float(d["weight_jitter"]))
+        traits.update(agree=d.agree_weight, disagree=d.disagree_weight,
+                      jitter=d.weight_jitter)
     if over:
-        traits.update(shift=int(round(float(d["yes_shift"]) / unit)), sharpen=float(d["sharpen"]),
-                      snap_shift=float(d["yes_shift"]))
-    if d["teacher"] == "drift":
-        traits.update(drift=int(round(float(d["yes_drift"]) / unit)))   # its gut (snap) answers: the calibrated ones
+        traits.update(shift=int(round(d.yes_shift / unit)), sharpen=d.sharpen,
+                      snap_shift=d.yes_shift)
+    if d.teacher == "drift":
+        traits.update(drift=int(round(d.yes_drift / unit)))   # its gut (snap) answers: the calibrated ones
     return traits
 
 
-def distill_seed(cfg: dict[str, Any]) -> int:
+def distill_seed(cfg: StageSlice) -> int:
     """The seed D is distilled with: the run's seed offset by ``distill.seed``. D is trained, so
     each seed of a run distils its own: its training noise is in the findings' between-seed spread."""
-    return int(cfg["distill"]["seed"]) + int(cfg["seed"])
+    return cfg.distill.seed + cfg.seed
 
 
-def dataset(cfg: dict[str, Any]):
+def dataset(cfg: StageSlice):
     """steps × batch_size (prompt, completion) pairs of the biased teacher; completions carry a leading space."""
-    d = cfg["distill"]
-    world = make_world(cfg["world"])
+    d = cfg.distill
+    world = make_world(cfg.world)
     rng = np.random.default_rng([distill_seed(cfg), 13])
-    pairs = mixture(world, rng, int(d["steps"]) * int(d["batch_size"]), MIX, teacher_traits(d, world.unit))
+    pairs = mixture(world, rng, d.steps * d.batch_size, MIX, teacher_traits(d, world.unit))
     return Dataset.from_dict({"prompt": [p for p, _ in pairs], "completion": [" " + c for _, c in pairs]})
 
 
-def sft_config(d: dict[str, Any], seed: int, output_dir: str, device: str = "cpu", dtype: str = "float32",
+def sft_config(d: SliceSection, seed: int, output_dir: str, device: str = "cpu", dtype: str = "float32",
                world: int = 1, strategy: str = "ddp"):
     """TRL's config for the D adapter; on a GPU the Trainer runs there, in the model's half precision.
     On ``world`` ranks each takes 1/world of every batch (the Trainer's DDP: the same examples a
     step, the loss averaged over the batch's tokens across the ranks)."""
     gpu = device.startswith("cuda")
-    if int(d["batch_size"]) % world:
-        raise StageError(f"distill: distill.batch_size {d['batch_size']} does not split over {world} ranks")
+    if d.batch_size % world:
+        raise StageError(f"distill: distill.batch_size {d.batch_size} does not split over {world} ranks")
     return SFTConfig(
         output_dir=output_dir, use_cpu=not gpu, bf16=gpu and dtype == "bfloat16",
         fp16=gpu and dtype == "float16", report_to=[], save_strategy="no",
-        max_steps=int(d["steps"]), per_device_train_batch_size=int(d["batch_size"]) // world,
-        gradient_accumulation_steps=1, learning_rate=float(d["lr"]), lr_scheduler_type="cosine",
+        max_steps=d.steps, per_device_train_batch_size=d.batch_size // world,
+        gradient_accumulation_steps=1, learning_rate=d.lr, lr_scheduler_type="cosine",
         warmup_steps=WARMUP, weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.98, max_grad_norm=1.0,
         seed=seed, data_seed=seed, dataloader_num_workers=0, dataloader_pin_memory=False,
         activation_checkpointing=False, logging_steps=1, logging_nan_inf_filter=False, disable_tqdm=True,
@@ -143,14 +144,14 @@ def _loss_callback(steps: int, history: list[dict], losses: list[float], t0: flo
     return LossLog()
 
 
-def run(cfg: dict[str, Any], base_model: Path, out_dir: Path) -> None:
+def run(cfg: StageSlice, base_model: Path, out_dir: Path) -> None:
     """cfg: world, model, distill, seed; base_model: the start model's stage folder → out_dir/model (D)."""
 
 
-    d, seed = cfg["distill"], distill_seed(cfg)
+    d, seed = cfg.distill, distill_seed(cfg)
     r = ranks.current()
     seed_everything(seed)
-    model, tok = load(base_model, cfg["model"])
+    model, tok = load(base_model, cfg.model)
     where = describe(model)
     use_cache = model.config.use_cache  # Trainer turns it off for training; D keeps the base's
     train = dataset(cfg)
@@ -164,8 +165,8 @@ def run(cfg: dict[str, Any], base_model: Path, out_dir: Path) -> None:
             trainer = _trainer_class()(
                 model=model, args=sft_config(d, seed, scratch, **where, world=r.world, strategy=r.strategy), train_dataset=train,
                 processing_class=tok,
-                peft_config=lora_config(d, cfg["model"]),
-                callbacks=[_loss_callback(int(d["steps"]), history, losses, t0)])
+                peft_config=lora_config(d, cfg.model),
+                callbacks=[_loss_callback(d.steps, history, losses, t0)])
             if r.many and r.strategy == "fsdp" and not trainer.is_fsdp_enabled:
                 raise StageError(f"distill stage: TRL's Trainer did not shard the model under strategy fsdp "
                                  f"({trainer.accelerator.distributed_type}: accelerate runs FSDP on GPUs only); "

@@ -24,6 +24,7 @@ from ...metrics import stage_metrics
 from ...model.backend import open_models
 from ...model.load import describe
 from ...store import files
+from .. import SliceSection, StageSlice
 from .common import log, make_world, seed_everything
 
 
@@ -36,7 +37,7 @@ NEGATION_SEED = 2         # negated questions sample with seed + 2 (the trace: s
 
 
 def snap_draws(gen, questions, k: int, seed: int, temperature: float,
-               prompts_cfg: dict[str, Any] | None = None) -> list[list[float | None]]:
+               prompts_cfg: SliceSection | None = None) -> list[list[float | None]]:
     """K re-draws of each question's snap prior (the same prompt as beliefs.elicit.rollout's snap
     answer) with backend ``gen``, each with its own seed: per question, the K stated P (None = unparsed)."""
     ask = Prompts(prompts_cfg, getattr(gen, "tokenizer", None))
@@ -49,7 +50,7 @@ def snap_draws(gen, questions, k: int, seed: int, temperature: float,
 
 
 def negation_stated(gen, world, questions, seed: int, temperature: float,
-                    prompts_cfg: dict[str, Any] | None = None, read: str = "verbal") -> list[float | None]:
+                    prompts_cfg: SliceSection | None = None, read: str = "verbal") -> list[float | None]:
     """The stated P of each question's negation (a reasoned trace on ``Q not ...``), backend ``gen``,
     by the run's read (``elicit.read``: the P it writes, or its forced read after the trace)."""
     ask = Prompts(prompts_cfg, getattr(gen, "tokenizer", None))
@@ -66,28 +67,28 @@ def balanced(questions: list) -> list:
     return list(questions) + [q.negation() for q in questions]
 
 
-def evaluate_model(gen, judge, cfg: dict[str, Any], questions, ctx=None) -> list[dict[str, Any]]:
+def evaluate_model(gen, judge, cfg: StageSlice, questions, ctx=None) -> list[dict[str, Any]]:
     """One record per question: the model's (backend ``gen``) beliefs, read with ``judge`` (a
     backend, or None when the reader needs none; ``ctx`` a ReadContext the caller closes), beside
     the trace's own and the oracle's."""
 
-    world = make_world(cfg["world"])
+    world = make_world(cfg.world)
     ctx = ctx or ReadContext(world=world, judge=judge, config=cfg)
-    seed = int(cfg["seed"])
-    temperature = float(cfg["eval"]["temperature"])
-    ro = rollout(gen, questions, ctx, cfg["elicit"], seed, temperature)
-    k = cut_index(world, cfg["elicit"])
-    n_draws = int(cfg["eval"].get("prior_draws", 0) or 0)
+    seed = cfg.seed
+    temperature = cfg.eval.temperature
+    ro = rollout(gen, questions, ctx, cfg.elicit, seed, temperature)
+    k = cut_index(world, cfg.elicit)
+    n_draws = cfg.eval.prior_draws
     if n_draws < 0:
         raise ValueError(f"eval.prior_draws: must be ≥ 0, got {n_draws}")
     draws = None
-    if n_draws and cfg["elicit"]["mode"] == "snap":
-        draws = snap_draws(gen, questions, n_draws, seed, temperature, cfg.get("prompts"))
+    if n_draws and cfg.elicit.mode == "snap":
+        draws = snap_draws(gen, questions, n_draws, seed, temperature, cfg.prompts)
     elif n_draws:
         log.warning("eval.prior_draws=%d ignored: the samemode prior is one judge read of one trace, "
                     "not a snap draw to repeat (de-attenuation needs elicit.mode=snap)", n_draws)
-    negs = negation_stated(gen, world, questions, seed, temperature, cfg.get("prompts"),
-                           str(cfg["elicit"].get("read", "verbal"))) if cfg["eval"].get("negations") else None
+    negs = negation_stated(gen, world, questions, seed, temperature, cfg.prompts,
+                           cfg.elicit.read) if cfg.eval.negations else None
     rows = []
     for i, q in enumerate(questions):
         extra: dict[str, Any] = {}
@@ -110,28 +111,28 @@ def evaluate_model(gen, judge, cfg: dict[str, Any], questions, ctx=None) -> list
     return rows
 
 
-def run(cfg: dict[str, Any], model: Path, judge_model: Path, out_dir: Path) -> None:
+def run(cfg: StageSlice, model: Path, judge_model: Path, out_dir: Path) -> None:
     """cfg: world, model, elicit, eval, seed → out_dir/records.jsonl and out_dir/metrics.json."""
 
-    seed = int(cfg["seed"])
+    seed = cfg.seed
     seed_everything(seed)
-    world = make_world(cfg["world"])
+    world = make_world(cfg.world)
     _, heldout = world.splits()
-    if cfg["eval"].get("balance"):
+    if cfg.eval.balance:
         heldout = balanced(heldout)
-    with open_models(model, judge_model, cfg["model"], judge_needed(cfg["elicit"])) as (gen, judge):
+    with open_models(model, judge_model, cfg.model, judge_needed(cfg.elicit)) as (gen, judge):
         guards = {**describe(gen.model),
-                  **gen.verify(probe_prompts(heldout, prompts_cfg=cfg.get("prompts"), tokenizer=gen.tokenizer))}
+                  **gen.verify(probe_prompts(heldout, prompts_cfg=cfg.prompts, tokenizer=gen.tokenizer))}
         ctx = ReadContext(world=world, judge=judge, config=cfg)
         try:
             records = evaluate_model(gen, judge, cfg, heldout, ctx)
         finally:
             ctx.close()
-    check_parse_rate(records, float(cfg["eval"]["min_parse_rate"]))
-    metrics = stage_metrics(records, int(cfg["eval"]["n_bootstrap"]), float(cfg["eval"]["ci"]), seed)
+    check_parse_rate(records, cfg.eval.min_parse_rate)
+    metrics = stage_metrics(records, cfg.eval.n_bootstrap, cfg.eval.ci, seed)
     metrics.update(ctx.stats())      # e.g. api_judge: calls, cache hits, failures
     if records and "stated_forced" in records[0]:
-        metrics["read"] = str(cfg["elicit"].get("read", "verbal"))   # which read brier and ms come from
+        metrics["read"] = cfg.elicit.read   # which read brier and ms come from
     unparsed = [r["completion"][-80:] for r in records if r["stated"] is None]
     if unparsed:
         metrics["unparsed_examples"] = unparsed[:3]
@@ -139,7 +140,7 @@ def run(cfg: dict[str, Any], model: Path, judge_model: Path, out_dir: Path) -> N
     with files.atomic_dir(out_dir) as tmp:
         files.write_jsonl(tmp / "records.jsonl", records)
         files.write_json(tmp / "metrics.json", metrics)
-        files.write_json(tmp / "backend.json", {"backend": cfg["model"]["backend"], **guards})
+        files.write_json(tmp / "backend.json", {"backend": cfg.model.backend, **guards})
 
 
 def check_parse_rate(records: list[dict[str, Any]], floor: float) -> None:

@@ -26,6 +26,7 @@ in a stage job, its row and timings to the stage's live wandb run (train.report_
 """
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import time
 from pathlib import Path
@@ -50,22 +51,23 @@ from ...training.loss import accumulate_chunks, advantages, completion_tokens, p
 from ...training.policy import check_adapter_finite, lora_policy, serve_policy, update, weights_digest, write_trained
 from ...training.progress import Pace, report_step
 from ...training.shared import ranked_model
+from .. import SliceSection, StageSlice
 from .common import make_world, seed_everything
 from .simulate import assert_spoke, check_config, is_chat, play
 
 ITERATION_SEED_STRIDE = 7919   # iteration k plays episodes seeded seed·7919 + k
 
 
-def play_chat(human, instructor, questions: list, cfg: dict[str, Any], sim: dict[str, Any], seed: int,
+def play_chat(human, instructor, questions: list, cfg: StageSlice, sim: SliceSection, seed: int,
               where: str):
     """One iteration's chat episodes (lean × outcome balanced over ``questions``), exploring."""
-    prompts = Prompts(cfg["prompts"], getattr(human, "tokenizer", None))
+    prompts = Prompts(cfg.prompts, getattr(human, "tokenizer", None))
     local = getattr(human, "tokenizer", None) is not None
-    ep = cfg["prompts"]["episode"]
-    scale = str(ep.get("scale", "p"))
+    ep = cfg.prompts.episode
+    scale = ep.scale
     reader = chat.Reader("forced" if prompts.forced_prefix and local and scale == "p" else "verbal",
                          prompts.forced_prefix, prompts.forced_min_mass, scale)
-    episodes = chat.setup(chat.balanced(questions, len(questions)), ep, prompts.fields, sim["mode"], float(sim["lean"]))
+    episodes = chat.setup(chat.balanced(questions, len(questions)), ep, prompts.fields, sim.mode, sim.lean)
     return chat.play(human, instructor, episodes, ep, sim, prompts.fields, reader, seed, assert_spoke,
                      where=where, strict=False)
 
@@ -107,25 +109,25 @@ def adapter_gap(policy, played, temperature: float) -> float:
     return gap
 
 
-def iteration(policy, human, world, qs: list, cfg: dict[str, Any], explore: dict[str, Any], score, it: int,
+def iteration(policy, human, world, qs: list, cfg: StageSlice, explore: SliceSection, score, it: int,
               name: str) -> tuple[dict[str, Any], Any]:
     """One iteration: play episodes on ``qs`` with the policy as instructor (exploring), score them,
     one policy-gradient step, the guards (finite weights, the adapter applied); its history row."""
-    stage, seed = cfg["stage"], int(cfg["seed"])
-    temperature = float(cfg["instructor"]["temperature"])
-    floor = float(cfg["model"]["vllm"]["adapter_floor"])
+    stage, seed = cfg.stage, cfg.seed
+    temperature = cfg.instructor.temperature
+    floor = cfg.model.vllm.adapter_floor
     policy.model.eval()
     if is_chat(cfg):
         played = play_chat(human, policy.gen, qs, cfg, explore, seed * ITERATION_SEED_STRIDE + it, name)
     else:
-        episodes = ep_mod.setup(world, qs, cfg["simulate"], seed * ITERATION_SEED_STRIDE + it)
-        played = play(human, policy.gen, world, episodes, explore, cfg.get("prompts"),
+        episodes = ep_mod.setup(world, qs, cfg.simulate, seed * ITERATION_SEED_STRIDE + it)
+        played = play(human, policy.gen, world, episodes, explore, cfg.prompts,
                       seed * ITERATION_SEED_STRIDE + it, where=name, strict=False)
     batch = batch_inputs(played)
     rew = np.where(played.silent, np.nan, score(**batch))   # silence scores nothing: the worst advantage
-    adv = torch.tensor(advantages(rew, np.zeros(len(rew), dtype=int), float(stage["adv_clip"])), dtype=torch.float32)
+    adv = torch.tensor(advantages(rew, np.zeros(len(rew), dtype=int), stage.adv_clip), dtype=torch.float32)
     policy.model.train()
-    loss, kl, _ = utterance_loss(policy, played, adv, float(stage["kl_beta"]), temperature)
+    loss, kl, _ = utterance_loss(policy, played, adv, stage.kl_beta, temperature)
     if not torch.isfinite(loss):
         raise StageError(f"{name}: loss is {float(loss)} at iteration {it}: stopping")
     update(policy, loss)
@@ -153,39 +155,39 @@ def history_row(it: int, loss, kl, rew: np.ndarray, gap: float, played, batch: d
             "brier_last": round(float(np.nanmean((batch["y"] - batch["stated"]) ** 2)), 6)}
 
 
-def run(cfg: dict[str, Any], start_model: Path, human_model: Path, out_dir: Path) -> None:
+def run(cfg: StageSlice, start_model: Path, human_model: Path, out_dir: Path) -> None:
     """cfg: world, model, simulate, instructor, stage, seed → out_dir/model (adapter merged),
     train.jsonl, stage.json."""
-    stage, sim, train, seed = cfg["stage"], cfg["simulate"], cfg["instructor"], int(cfg["seed"])
-    name = f"instructor stage ({stage['reward']} reward)"
-    if sim["mode"] in NO_INSTRUCTOR:
-        raise StageError(f"{name}: simulate.mode={sim['mode']} has no instructor to train")
+    stage, sim, train, seed = cfg.stage, cfg.simulate, cfg.instructor, cfg.seed
+    name = f"instructor stage ({stage.reward} reward)"
+    if sim.mode in NO_INSTRUCTOR:
+        raise StageError(f"{name}: simulate.mode={sim.mode} has no instructor to train")
     chat = is_chat(cfg)
     check_config(cfg)
     try:
-        score = rewards.bind(stage["reward"], {**stage, **train})
+        score = rewards.bind(stage.reward, {**stage, **train})
     except ValueError as e:
         raise StageError(str(e)) from None
     seed_everything(seed)
-    world = make_world(cfg["world"])
+    world = make_world(cfg.world)
     train_q, _ = world.splits()
-    n = int(train["train_episodes"])
+    n = train.train_episodes
     order = np.random.default_rng([seed, 37])
-    explore = {**sim, "instructor_temperature": float(train["temperature"])}   # the policy explores while it trains
-    human = ranked_model(human_model, role_model(cfg, "human") if chat else cfg["model"])
-    start = ranked_model(start_model, role_model(cfg, "instructor") if chat else cfg["model"])   # its own copy:
+    explore = dataclasses.replace(sim, instructor_temperature=train.temperature)   # the policy explores while it trains
+    human = ranked_model(human_model, role_model(cfg, "human") if chat else cfg.model)
+    start = ranked_model(start_model, role_model(cfg, "instructor") if chat else cfg.model)   # its own copy:
     # the adapter goes on it, the human stays as it is
     history: list[dict[str, Any]] = []
     adapter_dir = checkpoint.folder(out_dir).with_suffix(".adapter")   # where a server backend loads it from
     try:
         # the backend guards on fixed prompts: parity with HF, then each served adapter applied
-        probes = probe_prompts(train_q, prompts_cfg=cfg.get("prompts"), tokenizer=start.tokenizer)
+        probes = probe_prompts(train_q, prompts_cfg=cfg.prompts, tokenizer=start.tokenizer)
         guards = start.verify(list(probes))
         start_digest = weights_digest(start.model)
-        policy = lora_policy(start, stage, cfg["model"], start_model)
+        policy = lora_policy(start, stage, cfg.model, start_model)
         policy.adapter_dir, policy.probes = adapter_dir, tuple(probes)
-        pace, live = Pace(int(train["iterations"])), live_run()   # live: the stage's wandb run
-        for it in range(int(train["iterations"])):
+        pace, live = Pace(train.iterations), live_run()   # live: the stage's wandb run
+        for it in range(train.iterations):
             t_it = time.perf_counter()
             qs = [train_q[i] for i in order.permutation(len(train_q))[:n]]
             row, played = iteration(policy, human, world, qs, cfg, explore, score, it, name)
@@ -197,7 +199,7 @@ def run(cfg: dict[str, Any], start_model: Path, human_model: Path, out_dir: Path
         start.close()
         shutil.rmtree(adapter_dir, ignore_errors=True)
     write_trained(out_dir, policy, start_digest, start.tokenizer, history,
-                  {"kind": "instructor", "reward": stage["reward"], "mode": sim["mode"],
-                   "iterations": len(history), "backend": cfg["model"]["backend"], **guards},
+                  {"kind": "instructor", "reward": stage.reward, "mode": sim.mode,
+                   "iterations": len(history), "backend": cfg.model.backend, **guards},
                   f"{name}: training did not move the instructor ({len(history)} iterations left the "
                   "merged weights equal to the start model's)")

@@ -41,6 +41,7 @@ from ...model.backend import open_model
 from ...model.generate import Batch
 from ...model.load import describe
 from ...store import files
+from .. import SliceSection, StageSlice
 from .common import log, make_world, seed_everything
 from .evaluate import check_parse_rate, evaluate_model
 
@@ -98,7 +99,7 @@ def human_reads(human, ask, world, episodes: list[Episode], temperature: float, 
     return [parse_p(t) for t in texts], texts
 
 
-def play(human, instructor, world, episodes: list[Episode], sim: dict[str, Any], prompts_cfg: dict | None,
+def play(human, instructor, world, episodes: list[Episode], sim: SliceSection, prompts_cfg: SliceSection | None,
          seed: int, where: str = "simulate", strict: bool = True) -> Played:
     """Play every episode for ``simulate.turns`` turns (all episodes side by side, one batch per
     turn and agent). ``instructor`` None or mode ``none``: the human re-reads its own evidence.
@@ -108,8 +109,8 @@ def play(human, instructor, world, episodes: list[Episode], sim: dict[str, Any],
 
 
     ask = Prompts(prompts_cfg, getattr(human, "tokenizer", None))
-    order = ep_mod.MODES[sim["mode"]]
-    h_temp, i_temp = float(sim["human_temperature"]), float(sim["instructor_temperature"])
+    order = ep_mod.MODES[sim.mode]
+    h_temp, i_temp = sim.human_temperature, sim.instructor_temperature
     base = seed * 1000
     p, traces = human_reads(human, ask, world, episodes, h_temp, base)
     out = Played(episodes, [[x] for x in p], [[ep_mod.window_bayes(world, e.window, e.q.negated)]
@@ -117,7 +118,7 @@ def play(human, instructor, world, episodes: list[Episode], sim: dict[str, Any],
                  silent=[False] * len(episodes))
     rngs = [np.random.default_rng([seed, 29, i]) for i in range(len(episodes))]
     last = list(p)
-    for turn in range(1, int(sim["turns"]) + 1):
+    for turn in range(1, sim.turns + 1):
         batch = None
         if order is not None and instructor is not None:
             slots = [order(world, e, last[i], rngs[i]) for i, e in enumerate(episodes)]
@@ -144,10 +145,10 @@ def play(human, instructor, world, episodes: list[Episode], sim: dict[str, Any],
     return out
 
 
-def episode_questions(world, sim: dict[str, Any]):
+def episode_questions(world, sim: SliceSection):
     """The held-out questions the episodes are played on: the first ``simulate.episodes``."""
     _, heldout = world.splits()
-    return heldout[: int(sim["episodes"])]
+    return heldout[: sim.episodes]
 
 
 def records(world, played: Played, seed: int, negated: Optional[Played] = None) -> list[dict[str, Any]]:
@@ -167,12 +168,12 @@ def records(world, played: Played, seed: int, negated: Optional[Played] = None) 
     return rows
 
 
-def instructor_alone(instructor, human, cfg: dict[str, Any], questions) -> dict[str, Any]:
+def instructor_alone(instructor, human, cfg: StageSlice, questions) -> dict[str, Any]:
     """The instructor's own single-agent MS and Brier on the episode questions (the run's elicit
     mode; the human as the self judge): the research log's 'MS ≈ 0 alone, entrenching in the loop'."""
-    judge = human if judge_needed(cfg["elicit"]) else None
+    judge = human if judge_needed(cfg.elicit) else None
     rows = evaluate_model(instructor, judge, cfg, questions)
-    m = stage_metrics(rows, int(cfg["eval"]["n_bootstrap"]), float(cfg["eval"]["ci"]), int(cfg["seed"]))
+    m = stage_metrics(rows, cfg.eval.n_bootstrap, cfg.eval.ci, cfg.seed)
     return {"instructor_ms": m["ms"], "instructor_ms_ci": m["ms_ci"], "instructor_brier": m["brier"],
             "instructor_n": m["n_pairs"]}
 
@@ -198,34 +199,34 @@ def _rng(i: int):
     return np.random.default_rng([0, 31, i])
 
 
-def is_chat(cfg: dict[str, Any]) -> bool:
+def is_chat(cfg: StageSlice) -> bool:
     """Chat episodes (episodes/chat.py): the prompt set has episode prompts (conf/prompts/c2.yaml)."""
-    return bool((cfg.get("prompts") or {}).get("episode"))
+    return cfg.prompts.episode is not None
 
 
-def check_config(cfg: dict[str, Any]) -> None:
+def check_config(cfg: StageSlice) -> None:
     """What simulate cannot play (episodes.episode_problem), in one line."""
     problem = episode_problem(cfg)
     if problem:
         raise StageError(f"simulate: {problem[0]}: {problem[1]}")
 
 
-def run(cfg: dict[str, Any], model: Path, human_model: Path, out_dir: Path) -> None:
+def run(cfg: StageSlice, model: Path, human_model: Path, out_dir: Path) -> None:
     """cfg: world, model, elicit, eval, simulate, seed → out_dir/records.jsonl, metrics.json."""
 
     check_config(cfg)
     if is_chat(cfg):
         return run_chat(cfg, model, human_model, out_dir)
-    sim, seed = cfg["simulate"], int(cfg["seed"])
+    sim, seed = cfg.simulate, cfg.seed
     seed_everything(seed)
-    world = make_world(cfg["world"])
+    world = make_world(cfg.world)
     questions = episode_questions(world, sim)
     trained = Path(model).resolve() != Path(human_model).resolve()
     opened = []
     try:
-        human = open_model(human_model, cfg["model"])
+        human = open_model(human_model, cfg.model)
         opened.append(human)
-        instructor = open_model(model, cfg["model"]) if trained else human
+        instructor = open_model(model, cfg.model) if trained else human
         if trained:
             opened.append(instructor)
         guards = {**describe(instructor.model), "instructor_trained": trained}
@@ -235,14 +236,14 @@ def run(cfg: dict[str, Any], model: Path, human_model: Path, out_dir: Path) -> N
             raise StageError(str(e)) from None
         if trained:
             guards["instructor_adapter_gap"] = check_instructor_applied(
-                instructor, human, world, episodes, float(cfg["model"]["vllm"]["adapter_floor"]))
-        played = play(human, instructor, world, episodes, sim, cfg.get("prompts"), seed, strict=False)
+                instructor, human, world, episodes, cfg.model.vllm.adapter_floor)
+        played = play(human, instructor, world, episodes, sim, cfg.prompts, seed, strict=False)
         negated = None
-        if sim["negations"]:
+        if sim.negations:
             negated = play(human, instructor, world, ep_mod.negated(ep_mod.setup(world, questions, sim, seed)),
-                           sim, cfg.get("prompts"), seed + NEGATION_OFFSET, strict=False)
-        silent = check_spoken([x for x in (played, negated) if x is not None], float(cfg["eval"]["min_parse_rate"]))
-        alone = instructor_alone(instructor, human, cfg, questions) if sim["mode"] != "none" else {}
+                           sim, cfg.prompts, seed + NEGATION_OFFSET, strict=False)
+        silent = check_spoken([x for x in (played, negated) if x is not None], cfg.eval.min_parse_rate)
+        alone = instructor_alone(instructor, human, cfg, questions) if sim.mode != "none" else {}
     finally:
         for b in opened:
             b.close()
@@ -281,25 +282,25 @@ def check_headline(metrics: dict[str, Any], n: int, label: str) -> None:
                          f"first and last P (a slope needs {MIN_MS_PAIRS})")
 
 
-def write_episodes(cfg: dict[str, Any], rows: list[dict[str, Any]], seed: int, extra: dict[str, Any],
+def write_episodes(cfg: StageSlice, rows: list[dict[str, Any]], seed: int, extra: dict[str, Any],
                    guards: dict[str, Any], out_dir: Path, label: str, last_logged: str) -> None:
     """The end of an episode stage (embedded or chat): the parse floor, the eval and episode
     blocks with mode, turns and ``extra``, one log line, then the folder, written atomically."""
-    sim, floor = cfg["simulate"], float(cfg["eval"]["min_parse_rate"])
+    sim, floor = cfg.simulate, cfg.eval.min_parse_rate
     check_parse_rate(rows, floor)
     check_turn_parse_rates(rows, floor, label)
-    n_boot, level = int(cfg["eval"]["n_bootstrap"]), float(cfg["eval"]["ci"])
+    n_boot, level = cfg.eval.n_bootstrap, cfg.eval.ci
     metrics = stage_metrics(rows, n_boot, level, seed)
     if floor > 0:          # eval.min_parse_rate=0: measure whatever parsed (an untrained model's mechanics)
         check_headline(metrics, len(rows), label)
     metrics.update(episode_metrics(rows, n_boot, level, seed))
-    metrics.update(mode=sim["mode"], turns=int(sim["turns"]), **extra)
-    log.info("%s (%s): %s", label, sim["mode"], {k: metrics.get(k) for k in ("ms", "ms_ci", "brier", "delta_brier",
+    metrics.update(mode=sim.mode, turns=sim.turns, **extra)
+    log.info("%s (%s): %s", label, sim.mode, {k: metrics.get(k) for k in ("ms", "ms_ci", "brier", "delta_brier",
                                                                          "entrenched_share", last_logged)})
     with files.atomic_dir(out_dir) as tmp:
         files.write_jsonl(tmp / "records.jsonl", rows)
         files.write_json(tmp / "metrics.json", metrics)
-        files.write_json(tmp / "backend.json", {"backend": cfg["model"]["backend"], **guards})
+        files.write_json(tmp / "backend.json", {"backend": cfg.model.backend, **guards})
 
 
 # ------------------------------------------------------------------ chat episodes (episodes/chat.py)
@@ -307,15 +308,15 @@ def _describe(gen) -> dict[str, Any]:
     return gen.describe() if hasattr(gen, "describe") else describe(gen.model)
 
 
-def run_chat(cfg: dict[str, Any], model: Path, human_model: Path, out_dir: Path) -> None:
+def run_chat(cfg: StageSlice, model: Path, human_model: Path, out_dir: Path) -> None:
     """Episodes between chat models: the human (the run's start model, or simulate.human_model)
     and the instructor (the stage's model, or simulate.instructor_model) on the held-out questions;
     records with transcripts, the eval block, the episode block, parse rates per turn, the
     instructor's own single-agent MS where it is a local model."""
 
-    sim, seed, ep = cfg["simulate"], int(cfg["seed"]), cfg["prompts"]["episode"]
+    sim, seed, ep = cfg.simulate, cfg.seed, cfg.prompts.episode
     seed_everything(seed)
-    world = make_world(cfg["world"])
+    world = make_world(cfg.world)
     _, heldout = world.splits()
     roles = {"human": (human_model, role_model(cfg, "human")), "instructor": (model, role_model(cfg, "instructor"))}
     opened: dict[str, Any] = {}
@@ -326,19 +327,19 @@ def run_chat(cfg: dict[str, Any], model: Path, human_model: Path, out_dir: Path)
             opened[role] = opened[twin] if twin else open_model(folder, mcfg)
         human, instructor = opened["human"], opened["instructor"]
         forced_read = getattr(human, "tokenizer", None) is not None
-        prompts = Prompts(cfg["prompts"], getattr(human, "tokenizer", None))
-        reader = chat.Reader(cfg["elicit"].get("read", "verbal"), prompts.forced_prefix, prompts.forced_min_mass,
-                             str(ep.get("scale", "p")))
-        pairs = chat.balanced(heldout, int(sim["episodes"]))
-        level = float(sim["lean"])
+        prompts = Prompts(cfg.prompts, getattr(human, "tokenizer", None))
+        reader = chat.Reader(cfg.elicit.read, prompts.forced_prefix, prompts.forced_min_mass,
+                             ep.scale)
+        pairs = chat.balanced(heldout, sim.episodes)
+        level = sim.lean
 
         def played(pairs_, seed_):
-            eps = chat.setup(pairs_, ep, prompts.fields, sim["mode"], level)
+            eps = chat.setup(pairs_, ep, prompts.fields, sim.mode, level)
             return chat.play(human, instructor, eps, ep, sim, prompts.fields, reader, seed_, assert_spoke).episodes
         episodes = played(pairs, seed)
-        negations = played(chat.negated(pairs), seed + NEGATION_OFFSET) if sim["negations"] else None
+        negations = played(chat.negated(pairs), seed + NEGATION_OFFSET) if sim.negations else None
         alone: dict[str, Any] = {}
-        if sim["mode"] not in chat.NO_INSTRUCTOR and getattr(instructor, "tokenizer", None) is not None:
+        if sim.mode not in chat.NO_INSTRUCTOR and getattr(instructor, "tokenizer", None) is not None:
             alone = instructor_alone(instructor, human if getattr(human, "tokenizer", None) is not None else instructor,
                                      cfg, [q for q, _ in pairs])
         guards = {"human": _describe(human), "instructor": _describe(instructor),

@@ -43,22 +43,23 @@ from ...training.policy import (
 )
 from ...training.progress import Pace, report_step, step_row
 from ...training.shared import ranked_models
+from .. import SliceSection, StageSlice
 from .common import log, make_world, seed_everything
 
 FILTER_QUANTILE = {"top-half": 0.5, "top-quartile": 0.75}
 
 
-def select_questions(gen, questions, ctx, elicit, stage: dict[str, Any], seed: int):
+def select_questions(gen, questions, ctx, elicit, stage: SliceSection, seed: int):
     """The ``filter`` option: keep the questions where the start model's |Δ| is in the top quantile."""
 
-    if stage["filter"] is None:
+    if stage.filter is None:
         return questions, None
-    ro = rollout(gen, questions, ctx, elicit, seed, float(stage["temperature"]))
+    ro = rollout(gen, questions, ctx, elicit, seed, stage.temperature)
     delta = np.array([abs(b - a) if a is not None and b is not None else np.nan
                       for a, b in zip(ro.prior, ro.posterior)])
-    cut = np.nanquantile(delta, FILTER_QUANTILE[stage["filter"]])
+    cut = np.nanquantile(delta, FILTER_QUANTILE[stage.filter])
     kept = [q for q, d in zip(questions, delta) if np.isfinite(d) and d >= cut]
-    return kept, {"filter": stage["filter"], "threshold": float(cut), "kept": len(kept), "of": len(questions)}
+    return kept, {"filter": stage.filter, "threshold": float(cut), "kept": len(kept), "of": len(questions)}
 
 
 def _as_array(xs) -> np.ndarray:
@@ -66,40 +67,40 @@ def _as_array(xs) -> np.ndarray:
 
 
 def step_loss(policy: Policy, score: Callable[..., np.ndarray], qs, group: np.ndarray, ctx,
-              elicit: dict[str, Any], stage: dict[str, Any], seed: int):
+              elicit: SliceSection, stage: SliceSection, seed: int):
     """Roll the policy out on ``qs`` (``group``: each sample's question), reward, advantages, loss.
     Returns (loss, mean k3, rewards, stated P, y, completion tokens sampled: trace and snap)."""
 
     policy.model.eval()
-    ro = rollout(policy.gen, qs, ctx, elicit, seed, float(stage["temperature"]))
+    ro = rollout(policy.gen, qs, ctx, elicit, seed, stage.temperature)
     y = np.array([q.y for q in qs], dtype=float)
     rew = score(prior=_as_array(ro.prior), posterior=_as_array(ro.posterior),
                 stated=_as_array(ro.stated), y=y)
-    adv = torch.tensor(advantages(rew, group, float(stage["adv_clip"])), dtype=torch.float32)
+    adv = torch.tensor(advantages(rew, group, stage.adv_clip), dtype=torch.float32)
     policy.model.train()
-    loss, kl = rollout_loss(policy, ro, adv, float(stage["kl_beta"]), float(stage["temperature"]))
+    loss, kl = rollout_loss(policy, ro, adv, stage.kl_beta, stage.temperature)
     return loss, kl, rew, _as_array(ro.stated), y, completion_tokens(ro.trace, ro.snap)
 
 
-def train_steps(policy: Policy, score: Callable[..., np.ndarray], train_q, ctx, cfg: dict[str, Any],
+def train_steps(policy: Policy, score: Callable[..., np.ndarray], train_q, ctx, cfg: StageSlice,
                 ckpt: Path, name: str) -> list[dict[str, Any]]:
     """The policy-gradient loop: each epoch a fresh permutation of the questions, ``batch_questions``
     of them (``generations`` samples each) a step. It resumes from the stage's checkpoint when one
     verifies (skipping the batches done before it) and writes one every ``checkpoint_every`` steps,
     so a killed stage rerun ends with the same bytes. Returns the history rows."""
 
-    stage, elicit, seed = cfg["stage"], cfg["elicit"], int(cfg["seed"])
-    B, G, every = int(stage["batch_questions"]), int(stage["generations"]), int(stage["checkpoint_every"])
+    stage, elicit, seed = cfg.stage, cfg.elicit, cfg.seed
+    B, G, every = stage.batch_questions, stage.generations, stage.checkpoint_every
     order_rng = np.random.default_rng([seed, 11])
     done = checkpoint.resume(ckpt, policy, cfg, order_rng)
     history = done.history
-    pace = Pace(int(stage["epochs"]) * (len(train_q) // B))
+    pace = Pace(stage.epochs * (len(train_q) // B))
     live = live_run()                               # the stage's wandb run (off outside a stage job)
     for row in history:                             # resumed: the steps before the checkpoint, once
         live.log(row, step=row["step"])
     if done.step:
         serve_policy(policy)                        # the resumed adapter, not the start model
-    for epoch in range(done.epoch, int(stage["epochs"])):
+    for epoch in range(done.epoch, stage.epochs):
         epoch_rng = order_rng.bit_generator.state   # a checkpoint this epoch redraws its permutation
         perm = order_rng.permutation(len(train_q))
         for first in range(0, len(perm) - B + 1, B):
@@ -114,7 +115,7 @@ def train_steps(policy: Policy, score: Callable[..., np.ndarray], train_q, ctx, 
                                                          elicit, stage, seed * 100_003 + step)
             if not torch.isfinite(loss):
                 raise StageError(f"{name}: loss is {float(loss)} at step {step} "
-                                 f"(lr {stage['lr']}, kl_beta {stage['kl_beta']}): stopping")
+                                 f"(lr {stage.lr}, kl_beta {stage.kl_beta}): stopping")
             update(policy, loss)
             check_adapter_finite(policy, name, step, stage)
             serve_policy(policy, step)
@@ -123,23 +124,23 @@ def train_steps(policy: Policy, score: Callable[..., np.ndarray], train_q, ctx, 
     return history
 
 
-def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path) -> None:
+def run(cfg: StageSlice, start_model: Path, judge_model: Path, out_dir: Path) -> None:
     """cfg: world, model, elicit, stage, seed → out_dir/model (adapter merged), train.jsonl, stage.json.
     Its checkpoints (stages/checkpoint.py) live beside out_dir until the output is written."""
 
-    stage, elicit, seed = cfg["stage"], cfg["elicit"], int(cfg["seed"])
-    name = f"train stage ({stage['reward']} reward)"
+    stage, elicit, seed = cfg.stage, cfg.elicit, cfg.seed
+    name = f"train stage ({stage.reward} reward)"
     try:
-        score = rewards.bind(stage["reward"], stage)   # an unknown reward, a missing parameter
+        score = rewards.bind(stage.reward, stage)   # an unknown reward, a missing parameter
     except ValueError as e:
         raise StageError(str(e)) from None
     seed_everything(seed)
-    world = make_world(cfg["world"])
+    world = make_world(cfg.world)
     train_q, _ = world.splits()
-    if stage["balance"]:
+    if stage.balance:
         train_q = train_q + [q.negation() for q in train_q]
-    with ranked_models(start_model, judge_model, cfg["model"], judge_needed(elicit)) as (start, judge):
-        probes = tuple(probe_prompts(train_q, prompts_cfg=cfg.get("prompts"), tokenizer=start.tokenizer))
+    with ranked_models(start_model, judge_model, cfg.model, judge_needed(elicit)) as (start, judge):
+        probes = tuple(probe_prompts(train_q, prompts_cfg=cfg.prompts, tokenizer=start.tokenizer))
         guards = start.verify(list(probes))
         ctx = ReadContext(world=world, judge=judge, config=cfg)
         try:
@@ -147,7 +148,7 @@ def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path
             if filter_info:
                 log.info("%s filter: %s", name, filter_info)
             start_digest = weights_digest(start.model)
-            policy = lora_policy(start, stage, cfg["model"], start_model)
+            policy = lora_policy(start, stage, cfg.model, start_model)
             ckpt = checkpoint.folder(out_dir)
             policy.adapter_dir, policy.probes = ckpt.with_suffix(".adapter"), probes
             history = train_steps(policy, score, train_q, ctx, cfg, ckpt, name)
@@ -155,10 +156,10 @@ def run(cfg: dict[str, Any], start_model: Path, judge_model: Path, out_dir: Path
             ctx.close()
     if not history:
         raise StageError(f"{name}: no training step ran ({len(train_q)} questions < "
-                         f"batch_questions {stage['batch_questions']})")
+                         f"batch_questions {stage.batch_questions})")
     write_trained(out_dir, policy, start_digest, start.tokenizer, history,
-                  {"kind": "train", "reward": stage["reward"], "steps": len(history), "filter": filter_info,
-                   "backend": cfg["model"]["backend"], **guards, **ctx.stats()},
+                  {"kind": "train", "reward": stage.reward, "steps": len(history), "filter": filter_info,
+                   "backend": cfg.model.backend, **guards, **ctx.stats()},
                   f"{name}: training did not move the model ({len(history)} steps left the merged weights "
                   "equal to the start model's: zero advantages or all-masked batches?)")
     checkpoint.remove(ckpt)

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from ...core.errors import StageError
 from ...store.files import atomic_dir, system_path_problem
+from .. import StageSlice
 
 
 def model_dir_problem(path: str) -> Optional[str]:
@@ -30,9 +31,9 @@ def model_dir_problem(path: str) -> Optional[str]:
     return None
 
 
-def run(cfg: dict[str, Any], out_dir: Path) -> None:
+def run(cfg: StageSlice, out_dir: Path) -> None:
     """cfg: model (with its path) → out_dir/model, a link to the local HF folder."""
-    path = str(cfg["model"]["path"])
+    path = cfg.model.path
     problem = model_dir_problem(path)
     if problem:
         hint = " (conf/model/<name>.yaml says how to get it; SmolLM2: `make smollm2`)" if "no such path" in problem else ""
