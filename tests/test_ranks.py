@@ -191,13 +191,14 @@ def test_a_killed_rank_fails_the_stage_naming_it_and_a_rerun_resumes_to_the_same
 
 @pytest.mark.slow
 def test_a_ranks_own_error_is_the_stages_one_line_not_torchruns_exit_code(model, tmp_path):
-    """A NaN loss stops each rank with its own StageError, which it leaves in its error file: the
-    stage fails with that message, where torchrun alone would only say which rank exited 1."""
-    out = tmp_path / "nan" / "train"
-    res = drive(model, out, 2, epochs=1, stage={"kl_beta": float("nan")})
+    """A batch larger than the questions stops each rank with its own StageError, which it leaves in
+    its error file: the stage fails with that message, where torchrun alone says only which rank
+    exited 1."""
+    out = tmp_path / "none" / "train"
+    res = drive(model, out, 2, epochs=1, stage={"batch_questions": 64})
     assert res.returncode == 1
-    assert res.stderr.strip().splitlines()[-1].startswith(
-        "martingale: train stage (B reward): loss is nan at step 0 (lr 0.001, kl_beta nan): stopping"), res.stderr[-2000:]
+    assert res.stderr.strip().splitlines()[-1] == (
+        "martingale: train stage (B reward): no training step ran (16 questions < batch_questions 64)"), res.stderr[-2000:]
     assert not out.exists()
 
 
