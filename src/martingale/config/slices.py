@@ -12,6 +12,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Optional
 
+from ..core.registry import epoch
 from ..stages import StageKind
 from . import schema
 
@@ -102,10 +103,14 @@ def _model_slice_class(model: type) -> type:
                                       bases=(model,))
 
 
-@functools.lru_cache(maxsize=None)
 def slice_class(kind: StageKind) -> type:
     """The dataclass of a ``kind``'s slice: a field per key it sees (each its schema section), the
     reader sections it may see, ``stage`` for a model stage and ``seed`` for a per-seed kind."""
+    return _slice_class(kind, epoch())
+
+
+@functools.lru_cache(maxsize=None)
+def _slice_class(kind: StageKind, registries: int) -> type:
     config = {f.name: f for f in dataclasses.fields(schema.config_class())}
     hints = {**_hints(schema.config_class()), "model": _model_slice_class(schema.model_class())}
     keys = list(kind.keys)

@@ -1,0 +1,52 @@
+"""A stage body's config is its slice typed (config/slices.py): attributes of the schema's types, a
+setting the id leaves out at its default, an unknown key refused naming it."""
+from __future__ import annotations
+
+import pytest
+
+from martingale.config.slices import stage_config
+from martingale.plan import Plan
+from martingale.stages import kinds
+
+from projcopy import FIXTURE
+
+
+@pytest.fixture(scope="module")
+def plan() -> Plan:
+    return Plan.load(FIXTURE)
+
+
+def _first(plan: Plan, kind: str):
+    return next(st for st in plan.stages.values() if st.kind == kind)
+
+
+def test_every_stage_of_the_fixture_campaign_types_its_slice(plan):
+    typed = [stage_config(kinds()[st.kind], st.cfg) for st in plan.stages.values()]
+    assert len(typed) == len(plan.stages) and {st.kind for st in plan.stages.values()} >= {"train", "evaluate"}
+
+
+def test_a_train_slice_reads_typed_attributes(plan):
+    st = _first(plan, "train")
+    cfg = stage_config(kinds()["train"], {**st.cfg, "stage": {**st.cfg["stage"], "lr": 1}})
+    assert cfg.stage.lr == 1.0 and isinstance(cfg.stage.lr, float)
+    assert cfg.seed == st.cfg["seed"] and isinstance(cfg.seed, int)
+    assert cfg.stage.reward == st.cfg["stage"]["reward"] and cfg.world.n_train == st.cfg["world"]["n_train"]
+
+
+def test_a_section_the_slice_leaves_out_holds_its_defaults(plan):
+    st = _first(plan, "train")
+    assert "prompts" not in st.cfg                     # the embedded prompt set: not in the id
+    cfg = stage_config(kinds()["train"], st.cfg)
+    assert cfg.prompts.name == "embedded" and cfg.prompts.episode is None
+
+
+def test_a_section_answers_by_key_as_by_attribute(plan):
+    cfg = stage_config(kinds()["evaluate"], _first(plan, "evaluate").cfg)
+    assert cfg.eval["ci"] == cfg.eval.ci and cfg.eval.get("no_such_key", 7) == 7
+    assert dict(cfg.elicit)["mode"] == cfg.elicit.mode and "mode" in cfg.elicit
+
+
+def test_an_unknown_key_in_a_slice_is_refused_naming_it(plan):
+    st = _first(plan, "train")
+    with pytest.raises(ValueError, match=r"^train stage config\.stage: unknown key 'lrr'$"):
+        stage_config(kinds()["train"], {**st.cfg, "stage": {**st.cfg["stage"], "lrr": 0.1}})
