@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from martingale.stages import StageKind
 from martingale.store import files, manifest, provenance
 from martingale.store.manifest import MANIFEST
 from martingale.store.provenance import FILE, collecting
@@ -260,7 +261,8 @@ def test_run_stage_writes_provenance_with_the_input_models_sha256(tmp_path, monk
         load(model)
         with files.atomic_dir(out_dir) as tmp:
             (tmp / "stage.json").write_text("{}\n")
-    monkeypatch.setattr(smk, "kinds", lambda: {"fake": SimpleNamespace(run=run, ranked=False)})
+    fake = StageKind("fake", "source", keys=(), inputs=("model",), body=run)
+    monkeypatch.setattr(smk, "kinds", lambda: {"fake": fake})
     monkeypatch.setattr(smk, "track_stage", lambda snakemake: None)
     out = Path("results/_store/fake/fake-000000000002")
     job = SimpleNamespace(rule="fake", threads=1, input={"model": str(model / MANIFEST)}, output=[str(out / MANIFEST)],
