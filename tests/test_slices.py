@@ -50,3 +50,26 @@ def test_an_unknown_key_in_a_slice_is_refused_naming_it(plan):
     st = _first(plan, "train")
     with pytest.raises(ValueError, match=r"^train stage config\.stage: unknown key 'lrr'$"):
         stage_config(kinds()["train"], {**st.cfg, "stage": {**st.cfg["stage"], "lrr": 0.1}})
+
+
+def test_a_kind_whose_key_is_no_config_section_is_refused_naming_it():
+    from martingale.stages import StageKind
+    odd = StageKind("odd", "source", keys=("nosuch",), inputs=(), body=lambda cfg, out_dir: None)
+    with pytest.raises(ValueError, match=r"^stage kind odd: key 'nosuch' is no config section$"):
+        stage_config(odd, {})
+
+
+def test_a_roles_model_override_merges_into_a_typed_model_key_by_key(plan):
+    from martingale.episodes.roles import role_model
+    cfg = stage_config(kinds()["train"], _first(plan, "train").cfg)
+    role = role_model({"model": cfg.model, "simulate": {"human_model": {"vllm": {"reload_every": 3}}}}, "human")
+    assert role["vllm"]["reload_every"] == 3
+    assert role["vllm"]["adapter_floor"] == cfg.model.vllm.adapter_floor   # the section's other keys kept
+
+
+def test_a_typed_slice_is_written_as_json_like_the_dict_it_came_from(plan):
+    import json
+
+    from martingale.store.files import canonical_json
+    cfg = stage_config(kinds()["train"], _first(plan, "train").cfg)
+    assert json.loads(canonical_json(cfg))["stage"]["lr"] == cfg.stage.lr

@@ -142,7 +142,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _dataclass_in(annotation: Any) -> Optional[type]:
+def dataclass_in(annotation: Any) -> Optional[type]:
     """The dataclass an annotation holds (``Optional[EpisodePromptsConfig]`` too), else None."""
     if dataclasses.is_dataclass(annotation):
         return annotation
@@ -162,7 +162,7 @@ def _domains(registries: int) -> dict[str, Domain]:
             key = f"{prefix}{f.name}"
             if "domain" in f.metadata:
                 out[key] = f.metadata["domain"]
-            inner = _dataclass_in(hints[f.name])
+            inner = dataclass_in(hints[f.name])
             if key == "stages":
                 walk(_build(registries)["StageConfig"], "stages.*.")   # one domain for every step's key
             elif inner is not None:

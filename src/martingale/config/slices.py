@@ -58,12 +58,6 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _dataclass_in(hint: Any) -> Optional[type]:
-    if dataclasses.is_dataclass(hint):
-        return hint   # type: ignore[return-value]
-    return next((a for a in typing.get_args(hint) if dataclasses.is_dataclass(a)), None)
-
-
 def _is_float(hint: Any) -> bool:
     return hint is float or (typing.get_origin(hint) is typing.Union and float in typing.get_args(hint))
 
@@ -86,7 +80,7 @@ def typed(cls: type, value: Any, where: str = "") -> Any:
     out = {}
     for name, f in fields.items():
         v = given[name] if name in given else _default(f)
-        inner = _dataclass_in(hints[name])
+        inner = schema.dataclass_in(hints[name])
         if inner is not None and v is not None and (isinstance(v, Mapping) or dataclasses.is_dataclass(v)):
             v = typed(inner, v, f"{where}.{name}" if where else name)
         elif _is_float(hints[name]) and isinstance(v, int) and not isinstance(v, bool):
@@ -116,14 +110,14 @@ def _slice_class(kind: StageKind, registries: int) -> type:
     keys = list(kind.keys)
     if "elicit" in keys:
         keys += [d.path for d in schema.declared_sections() if d.by == "reader" and d.path not in keys]
+    missing = [k for k in keys if k not in config]
+    if missing:
+        raise ValueError(f"stage kind {kind.name}: key {missing[0]!r} is no config section")
     fields: list[tuple[str, Any, Any]] = [(k, hints[k], dataclasses.field(default=None)) for k in keys]
     if kind.place == "step":
         fields.append(("stage", schema.StageConfig, dataclasses.field(default=None)))
     if kind.per_seed:
         fields.append(("seed", Optional[int], dataclasses.field(default=None)))
-    missing = [k for k in keys if k not in config]
-    if missing:
-        raise ValueError(f"stage kind {kind.name}: key {missing[0]!r} is no config section")
     name = "".join(part.title() for part in kind.name.split("_")) + "Slice"
     return dataclasses.make_dataclass(name, fields)
 

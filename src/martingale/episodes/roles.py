@@ -20,7 +20,7 @@ def role_model(cfg: dict[str, Any], role: str) -> dict[str, Any]:
 
 def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     """``base`` with ``over``'s keys: mappings in both merged recursively, anything else replaced."""
-    out = {k: dict(v) if isinstance(v, Mapping) else copy.deepcopy(v) for k, v in base.items()}
+    out = {k: copy.deepcopy(v) for k, v in base.items()}   # base may be a typed section: out is a dict
     for key, value in over.items():
         both = isinstance(out.get(key), Mapping) and isinstance(value, Mapping)
         out[key] = merged(out[key], value) if both else copy.deepcopy(value)

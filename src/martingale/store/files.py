@@ -87,7 +87,7 @@ class Redactor:
         """A copy of a JSON/YAML-like object with every string (keys too) redacted."""
         if isinstance(obj, str):
             return self.text(obj)
-        if isinstance(obj, Mapping):
+        if isinstance(obj, dict):
             return {self.obj(k): self.obj(v) for k, v in obj.items()}
         if isinstance(obj, (list, tuple)):
             return [self.obj(v) for v in obj]
