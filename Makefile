@@ -78,6 +78,7 @@ table: install
 bench: install
 	$(BIN)/python bench/plan_bench.py
 	$(BIN)/python bench/rl_throughput.py
+	$(BIN)/python bench/seed_batching.py
 
 clean-results:
 	rm -rf results logs .snakemake runs.json

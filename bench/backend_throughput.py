@@ -62,9 +62,11 @@ def build(model_cfg: dict, world_cfg: dict, out: Path, pretrain_steps: int, full
     """The embedded model at ``model_cfg``'s size in ``out`` (out/model): untrained, or pretrained
     for ``pretrain_steps`` steps by the pretrain stage."""
     if pretrain_steps > 0:
+        from martingale.config.slices import stage_config
+        from martingale.stages import kinds
         from martingale.stages.body import pretrain
-        pretrain.run({"world": world_cfg, "model": model_cfg,
-                      "pretrain": {**full_cfg["pretrain"], "steps": pretrain_steps}}, out)
+        pretrain.run(stage_config(kinds()["pretrain"], {"world": world_cfg, "model": model_cfg,
+                                                        "pretrain": {**full_cfg["pretrain"], "steps": pretrain_steps}}), out)
         return out
     from martingale.model.load import build_tiny, save
     from martingale.model.tokenizer import build_tokenizer

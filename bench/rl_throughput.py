@@ -37,9 +37,16 @@ from omegaconf import OmegaConf
 
 from martingale.beliefs.parse import parse_p
 from martingale.config.schema import Config
+from martingale.config.slices import stage_config
+from martingale.stages import kinds
 from martingale.stages.body import pretrain, train
 from martingale.training import progress
 from martingale.world import traces
+
+
+def typed(kind: str, cfg: dict):
+    """A body's config as a job hands it over: the slice typed (config/slices.py)."""
+    return stage_config(kinds()[kind], cfg)
 
 
 def main() -> None:
@@ -64,15 +71,15 @@ def main() -> None:
     model_dir = args.model
     if model_dir is None:
         model_dir = work / "pretrain"
-        pretrain.run({"world": cfg["world"], "model": cfg["model"],
-                      "pretrain": {**cfg["pretrain"], "steps": 150}}, model_dir)
+        pretrain.run(typed("pretrain", {"world": cfg["world"], "model": cfg["model"],
+                                        "pretrain": {**cfg["pretrain"], "steps": 150}}), model_dir)
     stage = {**cfg["stages"]["s1"], "reward": "B", "balance": False, "batch_questions": B,
              "generations": G, "kl_beta": 0.04, "lr": 1e-3}
     elicit = {"mode": "samemode", "judge": "trace", "cut": 0.5}
 
     t0 = time.perf_counter()
-    train.run({"world": cfg["world"], "model": cfg["model"], "elicit": elicit, "stage": stage,
-               "seed": 0}, model_dir, model_dir, work / "ours")
+    train.run(typed("train", {"world": cfg["world"], "model": cfg["model"], "elicit": elicit, "stage": stage,
+                              "seed": 0}), model_dir, model_dir, work / "ours")
     ours = args.steps * B * G / (time.perf_counter() - t0)
 
     from datasets import Dataset
@@ -177,7 +184,7 @@ def time_ours(slices: dict, folder: Path, out: Path, read: str) -> tuple[float, 
     progress.report_step = record
     try:
         t0 = time.perf_counter()
-        train.run({**slices, "elicit": elicit}, folder, folder, out)
+        train.run(typed("train", {**slices, "elicit": elicit}), folder, folder, out)
         wall = time.perf_counter() - t0
     finally:
         progress.report_step = report

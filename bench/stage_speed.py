@@ -61,8 +61,14 @@ else:
         cfg["world"] = {**cfg["world"], "n_train": n_train}
     use_threads(compute_threads(cfg, 1))
     inputs = {role: root / stage_dir(uid) for role, uid in stage.inputs.items()}
+    kind = kinds()[stage.kind]
+    try:                                             # a checkout whose bodies read typed slices
+        from martingale.config.slices import stage_config
+        cfg = stage_config(kind, cfg)
+    except ImportError:                              # an older one: the slice as a dict
+        pass
     t = time.perf_counter()
-    kinds()[stage.kind].run(cfg, out_dir=out / "stage", **inputs)
+    kind.run(cfg, out_dir=out / "stage", **inputs)
 print(json.dumps({"seconds": time.perf_counter() - t}))
 '''
 

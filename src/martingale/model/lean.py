@@ -188,6 +188,10 @@ class Lean:
     """One model's layers as plain callables, read off the modules as they are now (an adapter
     disabled by ``disable_adapter()`` is read as off): build one per call, it is cheap."""
 
+    row_chunked = True        # without autograd, a few rows at a time (row_chunks)
+    rms = staticmethod(_rms)  # the RMSNorm, the embedding (``embedded``) and row_chunked: what a
+                              # forward over several models' stacked weights changes (bench/seed_batching.py)
+
     def __init__(self, embed: nn.Embedding, layers: list[_Layer], norm: tuple[torch.Tensor, torch.Tensor],
                  lm_head: Linear, inv_freq: torch.Tensor, rope_scale: float, heads: int, head_dim: int) -> None:
         self.embed, self.layers, self.norm, self.lm_head = embed, layers, norm, lm_head
@@ -243,9 +247,7 @@ class Lean:
         logits_to_keep=...)``. ``cache``: None (use_cache=False), or a list of [keys, values] per
         layer ([] when empty) that this call extends, as a DynamicCache does. Without autograd,
         the layers run a few rows at a time (row_chunks): the same logits to the bit, faster."""
-        emb = self.embed
-        hidden = F.embedding(input_ids, emb.weight, emb.padding_idx, emb.max_norm, emb.norm_type,
-                             emb.scale_grad_by_freq, emb.sparse)
+        hidden = self.embedded(input_ids)
         batch, q_len = input_ids.shape
         past = cache.length if cache is not None else 0
         mask = self._mask(attention_mask, batch, q_len, past + q_len, past)
@@ -256,7 +258,7 @@ class Lean:
             cos, sin = cos * self.rope_scale, sin * self.rope_scale
         cos, sin = cos.to(dtype=hidden.dtype).unsqueeze(1), sin.to(dtype=hidden.dtype).unsqueeze(1)
         sin = _rope_sin(sin)
-        chunks = row_chunks(batch, q_len, grad=torch.is_grad_enabled())
+        chunks = row_chunks(batch, q_len, grad=torch.is_grad_enabled()) if self.row_chunked else None
         if chunks is None:
             out = self._layers(hidden, mask, cos, sin, cache, past, logits_to_keep)
         else:
@@ -269,6 +271,12 @@ class Lean:
             cache.length = past + q_len
         return out
 
+    def embedded(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The token embeddings of ``input_ids`` (the embedding module's own F.embedding call)."""
+        emb = self.embed
+        return F.embedding(input_ids, emb.weight, emb.padding_idx, emb.max_norm, emb.norm_type,
+                           emb.scale_grad_by_freq, emb.sparse)
+
     def _layers(self, hidden: torch.Tensor, mask: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
                 cache: "Cache | None", past: int, logits_to_keep: int) -> torch.Tensor:
         """The decoder layers, the final norm and the head over ``hidden`` [rows, q, d]."""
@@ -277,7 +285,7 @@ class Lean:
         shape = (batch, q_len, -1, self.head_dim)
         for i, layer in enumerate(self.layers):
             residual = hidden
-            h = _rms(hidden, layer.norm1)
+            h = self.rms(hidden, layer.norm1)
             q = layer.q(h).view(shape).transpose(1, 2)
             k = layer.k(h).view(shape).transpose(1, 2)
             v = layer.v(h).view(shape).transpose(1, 2)
@@ -293,9 +301,9 @@ class Lean:
             out = out.reshape(out.shape[0], -1, q_len, v.shape[-1]).transpose(1, 2).contiguous()
             hidden = residual + layer.o(out.reshape(batch, q_len, -1).contiguous())
             residual = hidden
-            h = _rms(hidden, layer.norm2)
+            h = self.rms(hidden, layer.norm2)
             hidden = residual + layer.down(F.silu(layer.gate(h)) * layer.up(h))
-        hidden = _rms(hidden, self.norm)
+        hidden = self.rms(hidden, self.norm)
         return self.lm_head(hidden[:, slice(-logits_to_keep, None), :])
 
     @staticmethod
