@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 from rankdriver import build_untrained
 
+from martingale.core.errors import StageError
 from martingale.training import ranks, ranks_of
 
 DRIVER = Path(__file__).with_name("rankdriver.py")
@@ -234,6 +235,13 @@ def test_the_failure_line_prefers_a_ranks_own_error_to_a_peer_that_saw_it_vanish
     assert ranks.failure("train", 2, tmp_path, "", 1) == "train stage: its 2 ranks failed (torchrun exit code 1)"
     (tmp_path / "rank-1.error").write_text("train stage (B reward): loss is nan at step 3\n")
     assert ranks.failure("train", 2, tmp_path, "", 1) == "train stage (B reward): loss is nan at step 3"
+
+
+def test_a_non_finite_setting_is_refused_in_one_line_before_any_rank_starts(tmp_path):
+    cfg = {"model": {"distributed": {"ranks": 2}}, "stage": {"lr": 1e-3, "kl_beta": float("nan")}}
+    with pytest.raises(StageError, match=r"^train stage config: stage\.kl_beta is nan, not a finite number$"):
+        ranks.launch("train", cfg, {}, tmp_path / "out" / "stage", 1)
+    assert not (tmp_path / "out").exists()          # nothing written, no scratch folder left
 
 
 def test_losses_of_ranks_are_reduced_over_the_batch():

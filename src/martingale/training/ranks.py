@@ -89,6 +89,9 @@ def launch(kind: str, cfg: dict[str, Any], inputs: dict[str, Path], out_dir: Pat
     their log lines go to this job's log; a rank that fails fails the stage in one line naming it
     (torchrun stops the others: none is left waiting on a collective)."""
     ranks, strategy, nodes = ranks_of(cfg.get("model"))
+    bad = next(non_finite(cfg), None)
+    if bad is not None:   # spec.json would carry it as null: the ranks would fail on a TypeError
+        raise StageError(f"{kind} stage config: {bad[0]} is {bad[1]}, not a finite number")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{out_dir.name}.ranks-", dir=out_dir.parent) as scratch:
         spec = Path(scratch) / "spec.json"
@@ -106,6 +109,18 @@ def launch(kind: str, cfg: dict[str, Any], inputs: dict[str, Path], out_dir: Pat
         code = proc.wait()
         if code != 0:
             raise StageError(failure(kind, ranks, Path(scratch), "".join(tail), code))
+
+
+def non_finite(obj: Any, path: str = "") -> Iterator[tuple[str, float]]:
+    """(dotted key, value) of each NaN or infinite float in a config slice."""
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            yield from non_finite(value, f"{path}.{key}" if path else str(key))
+    elif isinstance(obj, (list, tuple)):
+        for i, value in enumerate(obj):
+            yield from non_finite(value, f"{path}[{i}]")
+    elif isinstance(obj, float) and not np.isfinite(obj):
+        yield path, obj
 
 
 def server_devices(model: dict[str, Any], per_node: int) -> dict[str, str]:
