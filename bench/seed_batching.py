@@ -65,49 +65,62 @@ class StackedLean(Lean):
         return (weight[:, None, :] * h.reshape(self.k, -1, h.shape[-1])).reshape(h.shape)
 
 
-def stacked(models: list, adapters: bool, shared: bool) -> StackedLean:
-    """The k peft models as one StackedLean (their adapters on or off); ``shared``: they share one
-    base, whose matmul then runs once over all rows."""
-    k = len(models)
-    bases = [m.get_base_model() for m in models]
-    inner = [b.model for b in bases]
+class Stack:
+    """k peft models as one: their frozen weights stacked once (a shared base: its one weight);
+    ``lean(adapters)`` adds their LoRA weights as they are now, inside autograd, and gives the
+    StackedLean (adapters off: the start models)."""
 
-    def linear(mods):
-        if not hasattr(mods[0], "base_layer"):             # a layer without an adapter
-            return plain(mods)
-        weight = torch.stack([m.base_layer.weight for m in mods]).transpose(1, 2)          # [k, in, out]
-        base = mods[0].base_layer.weight
-        a = torch.stack([m.lora_A["default"].weight for m in mods]).transpose(1, 2)       # [k, in, r]
-        b = torch.stack([m.lora_B["default"].weight for m in mods]).transpose(1, 2)       # [k, r, out]
-        scale = _constant(mods[0].scaling["default"], weight.dtype, weight.device)
+    def __init__(self, models: list, shared: bool) -> None:
+        self.k, self.shared = len(models), shared
+        bases = [m.get_base_model() for m in models]
+        inner = [b.model for b in bases]
 
-        def fn(x):
-            flat = x.reshape(k, -1, x.shape[-1])
-            out = F.linear(x, base).reshape(k, -1, base.shape[0]) if shared else torch.bmm(flat, weight)
-            if adapters:
-                out = out + torch.bmm(torch.bmm(flat, a), b) * scale
-            return out.reshape(*x.shape[:-1], out.shape[-1])
-        return fn
+        def norm(mods):
+            return torch.stack([m.weight for m in mods]), _constant(mods[0].variance_epsilon, torch.float32, "cpu")
 
-    def plain(mods):
-        weight = torch.stack([m.weight for m in mods]).transpose(1, 2)
+        self.layers = []
+        for i in range(len(inner[0].layers)):
+            per = [m.layers[i] for m in inner]
+            linears = [[getattr(getattr(p, block), name) for p in per] for block, name in LINEARS]
+            self.layers.append((norm([p.input_layernorm for p in per]), [(mods, self._base(mods)) for mods in linears],
+                                norm([p.post_attention_layernorm for p in per])))
+        self.embed = torch.stack([m.embed_tokens.weight for m in inner])
+        self.norm = norm([m.norm for m in inner])
+        self.head = torch.stack([b.lm_head.weight for b in bases]).transpose(1, 2)
+        one = Lean.of(models[0])
+        self.rope = (one.inv_freq, one.rope_scale, one.heads, one.head_dim)
 
-        def fn(x):
-            return torch.bmm(x.reshape(k, -1, x.shape[-1]), weight).reshape(*x.shape[:-1], weight.shape[-1])
-        return fn
+    def _base(self, mods):
+        """A layer's frozen weight: [k, in, out] stacked, or the shared base's own [out, in]."""
+        weights = [getattr(m, "base_layer", m).weight for m in mods]
+        return weights[0] if self.shared else torch.stack(weights).transpose(1, 2)
 
-    def norm(mods):
-        return torch.stack([m.weight for m in mods]), _constant(mods[0].variance_epsilon, torch.float32, "cpu")
+    def lean(self, adapters: bool) -> StackedLean:
+        k, shared = self.k, self.shared
 
-    layers = []
-    for i in range(len(inner[0].layers)):
-        per = [m.layers[i] for m in inner]
-        fns = [linear([getattr(getattr(p, block), name) for p in per]) for block, name in LINEARS]
-        layers.append(_Layer(norm([p.input_layernorm for p in per]), *fns[:4],
-                             norm([p.post_attention_layernorm for p in per]), *fns[4:]))
-    one = Lean.of(models[0])
-    return StackedLean(k, torch.stack([m.embed_tokens.weight for m in inner]), layers, norm([m.norm for m in inner]),
-                       plain([b.lm_head for b in bases]), one.inv_freq, one.rope_scale, one.heads, one.head_dim)
+        def linear(mods, base):
+            lora = None
+            if adapters and hasattr(mods[0], "base_layer"):          # a layer with an adapter
+                a = torch.stack([m.lora_A["default"].weight for m in mods]).transpose(1, 2)   # [k, in, r]
+                b = torch.stack([m.lora_B["default"].weight for m in mods]).transpose(1, 2)   # [k, r, out]
+                lora = a, b, _constant(mods[0].scaling["default"], base.dtype, base.device)
+
+            def fn(x):
+                flat = x.reshape(k, -1, x.shape[-1])
+                out = F.linear(x, base).reshape(k, -1, base.shape[0]) if shared else torch.bmm(flat, base)
+                if lora is not None:
+                    out = out + torch.bmm(torch.bmm(flat, lora[0]), lora[1]) * lora[2]
+                return out.reshape(*x.shape[:-1], out.shape[-1])
+            return fn
+
+        def head(x):
+            return torch.bmm(x.reshape(k, -1, x.shape[-1]), self.head).reshape(*x.shape[:-1], self.head.shape[-1])
+
+        layers = []
+        for norm1, linears, norm2 in self.layers:
+            fns = [linear(mods, base) for mods, base in linears]
+            layers.append(_Layer(norm1, *fns[:4], norm2, *fns[4:]))
+        return StackedLean(k, self.embed, layers, self.norm, head, *self.rope)
 
 
 def step(lean_on, lean_off, prompts, tokenizer, max_new: int) -> torch.Tensor:
@@ -190,16 +203,15 @@ def main() -> None:
         return run
 
     def together(models, shared):
-        flat = [p for b in blocks for p in b]
-        return lambda: step(lambda: stacked(models, True, shared), lambda: stacked(models, False, shared),
-                            flat, tokenizer, max_new)
+        flat, stack = [p for b in blocks for p in b], Stack(models, shared)
+        return lambda: step(lambda: stack.lean(True), lambda: stack.lean(False), flat, tokenizer, max_new)
 
     distinct, common = policies(False), policies(True)
     # the stacked forward against each model's own, on the same rows (no sampling)
     enc = tokenizer([p for b in blocks for p in b], return_tensors="pt", padding=True, add_special_tokens=False)
     pos = (enc["attention_mask"].cumsum(-1) - 1).clamp(min=0)
     with torch.no_grad():
-        one = stacked(distinct, True, False).forward(enc["input_ids"], enc["attention_mask"], pos)
+        one = Stack(distinct, False).lean(True).forward(enc["input_ids"], enc["attention_mask"], pos)
         each = torch.cat([Lean.of(m).forward(enc["input_ids"][j * B * G:(j + 1) * B * G],
                                              enc["attention_mask"][j * B * G:(j + 1) * B * G],
                                              pos[j * B * G:(j + 1) * B * G]) for j, m in enumerate(distinct)])
