@@ -66,6 +66,17 @@ def test_a_null_is_reproduced_only_when_its_ci_lies_inside_its_margin(proj, valu
     assert verdict(proj) == expected
 
 
+def test_a_null_whose_estimate_lies_outside_its_margin_needs_seeds_to_refute_it_not_more_than_100(proj):
+    """Seeds to decide count toward either verdict: three seeds well past the margin already lie
+    wholly outside it ("not reproduced"), so they are enough, where "> 100" would say no number of
+    seeds could decide it."""
+    finding(proj, run="twostage-v2-k3", expect="= 0", margin=0.1)
+    seeds_eval(proj, [[-0.5, -0.3], [-0.55, -0.35], [-0.45, -0.25]], **trained(["s0"], [41, 42, 43]))
+    assert verdict(proj) == "not reproduced (3 seeds)"
+    row = next(ln for ln in (proj / "FINDINGS.md").read_text().splitlines() if ln.startswith("| D-entrenches |"))
+    assert row.split("|")[-3].strip() == "3"
+
+
 def test_a_trained_finding_on_one_seed_is_provisional_never_decided(proj):
     finding(proj)
     write_eval(proj, "D", {"s0": {"ms": 0.3, "ms_ci": [0.25, 0.35]}}, **trained(["s0"], [42], "distill"))

@@ -116,9 +116,9 @@ def bh_q(pvalues: Sequence[Optional[float]]) -> list[Optional[float]]:
 def seeds_needed(estimates: Sequence[float], ses: Sequence[float], target: float,
                  level: float = 0.95) -> Optional[int]:
     """The fewest seeds whose combined CI half-width, t_{k−1} · σ/√k, would be under ``target``
-    (|θ̂| to decide a direction; margin − |θ̂| for a null), σ² the spread one seed's estimate has:
-    the larger of the seeds' sample variance and their mean squared se. None: more than
-    MAX_SEEDS_SHOWN, or no target left (a null whose estimate is at its margin)."""
+    (|θ̂| to decide a direction; |margin − |θ̂|| for a null, inside or outside its margin), σ² the
+    spread one seed's estimate has: the larger of the seeds' sample variance and their mean squared
+    se. None: more than MAX_SEEDS_SHOWN, or no target left (a null whose estimate is at its margin)."""
     if target <= 0:
         return None
     y = [float(e) for e in estimates]

@@ -78,9 +78,10 @@ Verdict rule, from the (combined) 95% CI [lo, hi]:
 - the run is not done (queued, running, stale, crashed, invalid), or its number or CI is missing
   or NaN → **no result yet**.
 
-"seeds to decide": how many seeds the combined CI would need to exclude 0 (a direction) or fit
-inside ±m (a null) at the current estimate, from the seeds' observed spread (`martingale seeds
-<finding>`; with one seed the spread is unknown and the number is a lower bound, ≥).
+"seeds to decide": how many seeds the combined CI would need to exclude 0 (a direction), or to
+fit inside ±m or lie wholly outside it (a null, whichever side of m its estimate is on), at the
+current estimate, from the seeds' observed spread (`martingale seeds <finding>`; with one seed the
+spread is unknown and the number is a lower bound, ≥).
 """
 
 
@@ -352,7 +353,8 @@ def result(f: Finding, row: dict, evals: Any, parent_evals: Any = None) -> Resul
     out.combined = combine([v for v, _ in known], ses)
     c = out.combined
     out.p = c.p_equivalent(f.margin) if f.expect == "= 0" else c.p_zero()
-    target = (f.margin - abs(c.estimate)) if f.expect == "= 0" else abs(c.estimate)
+    # a null decides either way: its CI inside ±margin, or wholly outside it past the estimate's side
+    target = abs(f.margin - abs(c.estimate)) if f.expect == "= 0" else abs(c.estimate)
     out.needed = seeds_needed([v for v, _ in known], ses, target)
     out.needed_is_bound = len(known) == 1
     if trained and c.k < MIN_SEEDS:
