@@ -79,6 +79,7 @@ bench: install
 	$(BIN)/python bench/plan_bench.py
 	$(BIN)/python bench/rl_throughput.py
 	$(BIN)/python bench/seed_batching.py
+	$(BIN)/python bench/step_routes.py
 
 clean-results:
 	rm -rf results logs .snakemake runs.json
