@@ -143,12 +143,10 @@ def step(lean_on, lean_off, prompts, tokenizer, max_new: int) -> torch.Tensor:
     return ids
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--k", type=int, default=3, help="seeds")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--model", type=Path, default=None, help="a pretrain stage folder (default: pretrain one)")
-    args = ap.parse_args()
+def setup(folder: Path | None, prefix: str):
+    """On one thread: the default config, the start model's folder (``folder``, else a 150-step
+    embedded pretrain in a temporary folder), the world's training questions, the tokenizer, the
+    prompt set and a trace's most new tokens."""
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(1)
     from martingale.beliefs.prompts import Prompts
@@ -158,17 +156,25 @@ def main() -> None:
     from martingale.world.synthetic import SyntheticWorld
 
     cfg = OmegaConf.to_container(OmegaConf.structured(Config), resolve=True)
-    folder = args.model
     if folder is None:
-        folder = Path(tempfile.mkdtemp(prefix="seedbench-")) / "pretrain"
+        folder = Path(tempfile.mkdtemp(prefix=prefix)) / "pretrain"
         pretrain.run(stage_config(kinds()["pretrain"], {"world": cfg["world"], "model": cfg["model"],
                                                         "pretrain": {**cfg["pretrain"], "steps": 150}}), folder)
     world = SyntheticWorld(cfg["world"])
     train_q, _ = world.splits()
-    k, B, G = args.k, 8, 4
     _, tokenizer = load(folder / "model", cfg["model"])
     ask = Prompts(None, tokenizer)
-    max_new = ask.trace_tokens(world.n_clues)
+    return cfg, folder, train_q, tokenizer, ask, ask.trace_tokens(world.n_clues)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--k", type=int, default=3, help="seeds")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--model", type=Path, default=None, help="a pretrain stage folder (default: pretrain one)")
+    args = ap.parse_args()
+    cfg, folder, train_q, tokenizer, ask, max_new = setup(args.model, "seedbench-")
+    k, B, G = args.k, 8, 4
     blocks = [[ask.reasoned(q) for q in train_q[j * B:(j + 1) * B] for _ in range(G)] for j in range(k)]
 
     def policies(shared: bool) -> list:

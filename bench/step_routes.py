@@ -19,17 +19,14 @@ Usage: python bench/step_routes.py [--rounds 5] [--compile] [--model results/_st
 from __future__ import annotations
 
 import argparse
-import logging
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
-from seed_batching import step
+from seed_batching import setup, step
 
-from martingale.config.schema import Config
 from martingale.model.lean import Lean
 from martingale.model.load import load
 from martingale.training.policy import lora_model
@@ -72,25 +69,8 @@ def main() -> None:
     ap.add_argument("--compile", action="store_true", help="add the torch.compile route (its compile: minutes)")
     ap.add_argument("--model", type=Path, default=None, help="a pretrain stage folder (default: pretrain one)")
     args = ap.parse_args()
-    logging.basicConfig(level=logging.WARNING)
-    torch.set_num_threads(1)
-    from martingale.beliefs.prompts import Prompts
-    from martingale.config.slices import stage_config
-    from martingale.stages import kinds
-    from martingale.stages.body import pretrain
-    from martingale.world.synthetic import SyntheticWorld
-
-    cfg = OmegaConf.to_container(OmegaConf.structured(Config), resolve=True)
-    folder = args.model
-    if folder is None:
-        folder = Path(tempfile.mkdtemp(prefix="routebench-")) / "pretrain"
-        pretrain.run(stage_config(kinds()["pretrain"], {"world": cfg["world"], "model": cfg["model"],
-                                                        "pretrain": {**cfg["pretrain"], "steps": 150}}), folder)
-    world = SyntheticWorld(cfg["world"])
-    train_q, _ = world.splits()
-    model, tokenizer = load(folder / "model", cfg["model"])
-    ask = Prompts(None, tokenizer)
-    max_new = ask.trace_tokens(world.n_clues)
+    cfg, folder, train_q, tokenizer, ask, max_new = setup(args.model, "routebench-")
+    model, _ = load(folder / "model", cfg["model"])
     prompts = [ask.reasoned(q) for q in train_q[:8] for _ in range(4)]
     torch.manual_seed(100)
     peft = lora_model(model, OmegaConf.create({"lora_r": 8}), OmegaConf.create(cfg["model"]))
