@@ -22,12 +22,17 @@ def finding(root: Path, run: str = "D", metric: str = "ms", expect: str = "> 0",
         f'  test: {{run: {run}, stage: {stage}, metric: {metric}, expect: "{expect}"{m}}}\n' + extra, encoding="utf-8")
 
 
-def verdict(root: Path, fid: str = "D-entrenches") -> str:
-    """The verdict cell of the finding's summary row."""
+def summary_row(root: Path, fid: str = "D-entrenches") -> list[str]:
+    """The cells of the finding's summary row, the table written first."""
     write_table(root)
     md = (root / "FINDINGS.md").read_text(encoding="utf-8")
     row = next(ln for ln in md.splitlines() if ln.startswith(f"| {fid} |"))
-    return row.split("|")[-2].strip()
+    return [cell.strip() for cell in row.split("|")[1:-1]]
+
+
+def verdict(root: Path, fid: str = "D-entrenches") -> str:
+    """The verdict cell of the finding's summary row."""
+    return summary_row(root, fid)[-1]
 
 
 def trained(stages: list[str], seeds: list[int], kind: str = "train") -> dict:
@@ -72,9 +77,9 @@ def test_a_null_whose_estimate_lies_outside_its_margin_needs_seeds_to_refute_it_
     seeds could decide it."""
     finding(proj, run="twostage-v2-k3", expect="= 0", margin=0.1)
     seeds_eval(proj, [[-0.5, -0.3], [-0.55, -0.35], [-0.45, -0.25]], **trained(["s0"], [41, 42, 43]))
-    assert verdict(proj) == "not reproduced (3 seeds)"
-    row = next(ln for ln in (proj / "FINDINGS.md").read_text().splitlines() if ln.startswith("| D-entrenches |"))
-    assert row.split("|")[-3].strip() == "3"
+    *_, seeds_to_decide, verdict_cell = summary_row(proj)
+    assert verdict_cell == "not reproduced (3 seeds)"
+    assert seeds_to_decide == "3"
 
 
 def test_a_trained_finding_on_one_seed_is_provisional_never_decided(proj):
