@@ -123,11 +123,12 @@ class Stack:
         return StackedLean(k, self.embed, layers, self.norm, head, *self.rope)
 
 
-def step(lean_on, lean_off, prompts, tokenizer, max_new: int) -> torch.Tensor:
-    """One step's model work on one (possibly stacked) model; returns the sampled ids."""
+def step(lean_on, lean_off, prompts, tokenizer, max_new: int, lean_sample=None) -> torch.Tensor:
+    """One step's model work on one (possibly stacked) model; returns the sampled ids.
+    ``lean_sample``: the policy it samples with, where not ``lean_on`` (bench/step_routes.py)."""
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
     torch.manual_seed(0)
-    ids = lean_on().sample(enc["input_ids"], enc["attention_mask"], max_new, 1.0,
+    ids = (lean_sample or lean_on)().sample(enc["input_ids"], enc["attention_mask"], max_new, 1.0,
                            tokenizer.pad_token_id, tokenizer.eos_token_id)
     attn = (ids != tokenizer.pad_token_id).long()
     attn[:, :enc["input_ids"].shape[1]] = enc["attention_mask"]

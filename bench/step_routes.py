@@ -25,22 +25,20 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
-from seed_batching import setup, step
+from seed_batching import LINEARS, setup, step
 
 from martingale.model.lean import Lean
 from martingale.model.load import load
 from martingale.training.policy import lora_model
 
-LINEARS = ("q", "k", "v", "o", "gate", "up", "down")
-MODULES = (("self_attn", "q_proj"), ("self_attn", "k_proj"), ("self_attn", "v_proj"), ("self_attn", "o_proj"),
-           ("mlp", "gate_proj"), ("mlp", "up_proj"), ("mlp", "down_proj"))
+FIELDS = ("q", "k", "v", "o", "gate", "up", "down")     # Lean's layer fields, in seed_batching.LINEARS' order
 
 
 def merged(peft) -> Lean:
     """The policy as one Lean whose linear layers carry W + s·B·A (no adapter matmuls)."""
     lean = Lean.of(peft)
     for layer, mod in zip(lean.layers, peft.get_base_model().model.layers):
-        for name, (block, attr) in zip(LINEARS, MODULES):
+        for name, (block, attr) in zip(FIELDS, LINEARS):
             lin = getattr(getattr(mod, block), attr)
             if not hasattr(lin, "base_layer"):
                 continue
@@ -83,17 +81,9 @@ def main() -> None:
         with peft.disable_adapter():
             return Lean.of(peft)
 
-    class Merged:
-        """Sampling on the merged weights; the loss's forward through the adapter, as today."""
-        def __init__(self) -> None:
-            self.calls = 0
-
-        def __call__(self) -> Lean:
-            self.calls += 1
-            return merged(peft) if self.calls % 2 == 1 else Lean.of(peft)   # step: sample, then loss
-
     routes = {"lean (today)": lambda: step(lambda: Lean.of(peft), off, prompts, tokenizer, max_new),
-              "merged sampling": lambda: step(Merged(), off, prompts, tokenizer, max_new)}
+              "merged sampling": lambda: step(lambda: Lean.of(peft), off, prompts, tokenizer, max_new,
+                                              lean_sample=lambda: merged(peft))}
     same = torch.equal(routes["lean (today)"](), routes["merged sampling"]())
     best = {name: float("inf") for name in routes}
 
