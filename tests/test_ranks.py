@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from rankdriver import build_untrained
+from typed import typed_section
 
 from martingale.core.errors import StageError
 from martingale.training import ranks, ranks_of
@@ -242,6 +243,15 @@ def test_a_non_finite_setting_is_refused_in_one_line_before_any_rank_starts(tmp_
     with pytest.raises(StageError, match=r"^train stage config: stage\.kl_beta is nan, not a finite number$"):
         ranks.launch("train", cfg, {}, tmp_path / "out" / "stage", 1)
     assert not (tmp_path / "out").exists()          # nothing written, no scratch folder left
+
+
+def test_a_non_finite_setting_in_a_typed_section_is_refused_as_in_a_dict(tmp_path):
+    """spec.json's writer walks a typed section as the mapping it is: so does the refusal."""
+    cfg = {"model": {"distributed": {"ranks": 2}},
+           "stage": typed_section("stage", {"reward": "A", "lr": 1e-3, "kl_beta": float("inf")})}
+    with pytest.raises(StageError, match=r"^train stage config: stage\.kl_beta is inf, not a finite number$"):
+        ranks.launch("train", cfg, {}, tmp_path / "out" / "stage", 1)
+    assert not (tmp_path / "out").exists()
 
 
 def test_losses_of_ranks_are_reduced_over_the_batch():

@@ -20,7 +20,7 @@ import tempfile
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 import torch
@@ -112,8 +112,9 @@ def launch(kind: str, cfg: dict[str, Any], inputs: dict[str, Path], out_dir: Pat
 
 
 def non_finite(obj: Any, path: str = "") -> Iterator[tuple[str, float]]:
-    """(dotted key, value) of each NaN or infinite float in a config slice."""
-    if isinstance(obj, dict):
+    """(dotted key, value) of each NaN or infinite float in a config slice: what files.write_json
+    would write as null, in what it walks (a typed section is a Mapping too)."""
+    if isinstance(obj, Mapping):
         for key, value in obj.items():
             yield from non_finite(value, f"{path}.{key}" if path else str(key))
     elif isinstance(obj, (list, tuple)):
