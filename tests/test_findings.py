@@ -95,7 +95,20 @@ def test_a_trained_finding_on_three_seeds_is_decided_on_their_combined_ci(proj):
     seeds_eval(proj, [[-0.5, -0.1], [-0.6, -0.2], [-0.7, -0.3]], **trained(["s0"], [41, 42, 43]))
     assert verdict(proj) == "reproduced (3 seeds)"
     md = (proj / "FINDINGS.md").read_text()
-    assert "| -0.400 [" in md and "(trained)" in md and "τ (between seeds)" in md
+    assert "| -0.400 [" in md and "(trained)" in md and "sd: seeds" in md
+
+
+def test_seeds_that_agree_because_they_share_their_questions_are_not_decided_beyond_the_questions(proj):
+    """Three seeds at −0.016 ± 0.001 whose records say their question errors are one (eval.json's
+    ``crossed``: a covariance of ±0.024 shared by every seed): the interval holds the questions'
+    noise, so a slope whose every seed's CI covers 0 is not decided by their agreement."""
+    finding(proj, run="twostage-v2-k3", expect="< 0")
+    seeds_eval(proj, [[-0.065, 0.031], [-0.064, 0.032], [-0.062, 0.034]],
+               crossed={"ms": {"cov": [[0.024 ** 2] * 3] * 3, "n_questions": 1000}})
+    assert verdict(proj) == "inconclusive (3 seeds)"
+    md = (proj / "FINDINGS.md").read_text()
+    assert "questions shared 0.024, own 0.000 (1000 questions); seeds to decide: > 100" in md
+    assert "held-out questions to decide: " in md
 
 
 def test_a_decided_verdict_whose_q_misses_the_false_discovery_level_is_inconclusive(proj):
@@ -113,11 +126,12 @@ def test_a_decided_verdict_whose_q_misses_the_false_discovery_level_is_inconclus
     assert verdict(proj, "nothing") == "inconclusive"
 
 
-def seeds_eval(root: Path, cis: list[list[float]], **extra) -> None:
+def seeds_eval(root: Path, cis: list[list[float]], crossed: dict | None = None, **extra) -> None:
     values = [sum(c) / 2 for c in cis]
     write_eval(root, "twostage-v2-k3", {"s0": {"seeds": [41, 42, 43],
                                                "ms": {"mean": sum(values) / 3, "sd": 0.1, "per_seed": values},
-                                               "ms_ci": {"per_seed": cis}}}, **extra)
+                                               "ms_ci": {"per_seed": cis}, **({"crossed": crossed} if crossed else {})}},
+               **extra)
 
 
 @pytest.mark.parametrize("expect, count, expected", [

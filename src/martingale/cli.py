@@ -26,6 +26,7 @@ from .store.files import redact, write_jsonl, write_text
 from .store.locks import live_snakemakes, locked, stale_lock
 from .store.manifest import problems, store_folders
 from .table import OUTPUTS, TableError, build_table, findings, fmt, load_claims, write_table
+from .table.to_decide import describe, finding_runs, open_findings, routes
 from .world.forecastbench import ImportProblem, import_forecastbench
 from .world.jsonl import exported_rows
 from .world.questions import QuestionsError, load_questions, summary, write_questions
@@ -222,7 +223,7 @@ def status() -> None:
     if ready:
         targets = " ".join(f"results/{r['run_id']}/eval.json" for r in ready)
         out.print(f"launch: snakemake --profile profiles/<local|slurm> {targets}", markup=False)
-    for line in advice(rows) + provisional_lines(list(rows.values())):
+    for line in advice(rows) + provisional_lines(list(rows.values())) + open_findings(STATE.root, list(rows.values())):
         out.print(line, markup=False)
 
 
@@ -278,17 +279,11 @@ def provisional_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
-def finding_runs(plan, f) -> list[str]:
-    """The runs a finding reads: its run, and its parent for a paired effect."""
-    parent = plan.tree.specs[f.run].parent
-    return [f.run] + ([parent] if f.metric.startswith("effect.") and parent else [])
-
-
 @app.command()
 def seeds(finding: str = typer.Argument(..., help="A finding id of conf/findings.yaml.")) -> None:
-    """A finding over its seeds: each seed's estimate with its CI, the combined estimate (random
-    effects) with its CI, τ, p, q and the verdict; how many seeds would decide it at its current
-    estimate, and what building them would cost."""
+    """A finding over its seeds: each seed's estimate with its question CI, the combined estimate
+    (seeds × questions, crossed) with its CI, variance components, p, q and the verdict; how many
+    seeds, or held-out questions, would decide it at its current estimate, and what each costs."""
 
     try:
         rows = build_table(STATE.root)
@@ -315,17 +310,26 @@ def seeds(finding: str = typer.Argument(..., help="A finding id of conf/findings
     out.print(table)
     c = r.combined
     out.print(f"combined ({c.k} seed{'s' * (c.k != 1)}): {fmt.num(c.estimate, d, signed)}{fmt.ci(c.ci, d, signed)}, "
-              f"τ {fmt.num(c.tau, d)}, p {fmt.pval(r.p)}, q {fmt.pval(r.q)} → {r.verdict}"
-              + (f" ({r.detail})" if r.detail else ""), markup=False)
-    if r.needed is None:
-        out.print("seeds to decide: more than 100 at this estimate and spread", markup=False)
-        return
-    more = max(0, r.needed - c.k)
+              f"p {fmt.pval(r.p)}, q {fmt.pval(r.q)} → {r.verdict}" + (f" ({r.detail})" if r.detail else ""),
+              markup=False)
+    if c.crossed:
+        out.print(findings.components_text(c, d), markup=False)
     plan = Plan.load(STATE.root)
-    hours = more * cost.seed_hours(plan, finding_runs(plan, f), STATE.root)
-    bound = " (at least: one seed shows no spread)" if r.needed_is_bound else ""
-    out.print(f"seeds to decide: {r.needed}{bound}; {more} more ≈ {cost.hours(hours)} stage-hours "
-              f"(seeds=[…] on {', '.join(finding_runs(plan, f))}: a knob, or the root's seeds)", markup=False)
+    on = ", ".join(finding_runs(plan, f))
+    way = routes(plan, STATE.root, f, r)
+    if way is None:        # one seed: the spread is unknown
+        if r.needed is None:
+            out.print("seeds to decide: more than 100 at this estimate and spread", markup=False)
+            return
+        more = max(0, r.needed - c.k)
+        hours = more * cost.seed_hours(plan, finding_runs(plan, f), STATE.root)
+        out.print(f"seeds to decide: ≥ {r.needed} (at least: one seed shows no spread); {more} more ≈ "
+                  f"{cost.hours(hours)} stage-hours (seeds=[…] on {on}: a knob, or the root's seeds)", markup=False)
+        return
+    for line in describe(way, c, d):
+        out.print(line, markup=False)
+    out.print(f"(seeds: seeds=[…] on {on}; questions: world.heldout_draw=1, a redraw: the evaluations, no training)",
+              markup=False)
 
 
 def advice(rows: dict[str, dict]) -> list[str]:

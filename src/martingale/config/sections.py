@@ -41,6 +41,17 @@ from ..core.settings import (
 QUESTION_FIELDS = ("question", "background", "resolution_criteria", "opt")   # a question's template fields
 
 
+def _redrawn(value, sec, kind):
+    """A held-out redraw: out of every id at 0 (the first draw, what every id was before it existed);
+    else in the run's identity and the id of a kind that reads held-out questions (a measure), and
+    for world=jsonl of every kind that asks questions (its split draws train and held-out at once)."""
+    if not value:
+        return OMIT
+    if kind is None or kind.place == "measure":
+        return value
+    return value if kind.questions and sec.get("name") == "jsonl" else OMIT
+
+
 @dataclass
 class WorldConfig:
     """The question source: the embedded synthetic world, or a JSONL file for real models."""
@@ -64,6 +75,12 @@ class WorldConfig:
     n_heldout: int = setting(1000, Int(2), "disjoint held-out questions (eval)", in_id=asked(OMIT))
     questions_file: Optional[str] = setting(None, PathValue(), "JSONL of real questions (world=jsonl)",
                                             in_id=asked(None))
+    heldout_draw: int = setting(0, SEED,
+        "0: the held-out questions world.seed draws; k > 0: a fresh held-out set from the same world (the same "
+        "clue table and training questions): a redraw rebuilds the evals, no training (world=jsonl: the split "
+        "is one draw, its training questions change too; a file that marks its split keeps it). conf/config.yaml "
+        "reads $MARTINGALE_HELDOUT_DRAW", in_id=_redrawn)
+
 
 
 @dataclass

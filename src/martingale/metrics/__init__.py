@@ -626,7 +626,7 @@ class Declared:
 
 
 DECLARED: Registry = Registry("metric")
-HELPERS = ()   # every module of this package but __init__ declares metrics
+HELPERS = ("resampled",)   # every module of this package but __init__ and resampled declares metrics
 
 
 def stage_metric(*keys: str, reads: tuple[str, ...], column: Column | None = None) -> Callable:

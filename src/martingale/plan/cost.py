@@ -248,6 +248,15 @@ def seed_hours(plan: Plan, runs: Iterable[str], root: Path | str) -> float:
     return estimate(plan, sids, root, new=lambda sid: True).stage_hours
 
 
+def redraw_hours(plan: Plan, runs: Iterable[str], root: Path | str) -> float:
+    """Estimated stage-hours of a redraw of the held-out questions for ``runs``: every seed's
+    evaluation (measure) stages, priced as new; the training stages are kept (world.heldout_draw)."""
+    every = kinds()
+    sids = [r.eval_stage for run in runs for r in plan.run_stages(run)
+            if every[plan.stages[r.eval_stage].kind].place == "measure"]
+    return estimate(plan, sids, root, new=lambda sid: True).stage_hours
+
+
 # ------------------------------------------------------------------ budget
 def base_budget(plan: Plan) -> dict[str, Any]:
     """``budget`` of conf/config.yaml as composed (no run's knobs): {gpu_hours, cpu_hours}."""

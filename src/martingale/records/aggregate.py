@@ -14,6 +14,7 @@ from ..stats import seed_spread
 from ..stats.effects import EffectError, beat_counts, paired_effect, replicate_summary, undefined_effect
 from ..store import files
 from ..store import provenance as prov
+from .crossed import effect_crossed, stage_crossed
 from .plots import write_plots
 
 
@@ -36,6 +37,15 @@ def combine_seeds(per_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
         else:
             out[key] = {"per_seed": values}
     return out
+
+
+def stage_block(per_seed: dict[int, dict[str, Any]], records: dict, stage: str,
+                resolved_cfg: dict[str, Any]) -> dict[str, Any]:
+    """A stage's eval.json block: its seeds' metrics (combine_seeds) and, for several seeds, the
+    ``crossed`` question covariance of the metrics a finding reads (records/crossed.py)."""
+    n_boot = int((resolved_cfg.get("eval") or {}).get("n_bootstrap", 1000))
+    crossed = stage_crossed({seed: records[(stage, seed)] for seed in per_seed}, per_seed, n_boot)
+    return {**combine_seeds(per_seed), **({"crossed": crossed} if crossed else {})}
 
 
 def _load(evals: list[dict[str, Any]]) -> tuple[dict, dict, dict]:
@@ -80,8 +90,14 @@ def compare(child: dict, parent: dict, child_ids: dict, parent_ids: dict, stage:
     if len(per_seed) == 1:
         return next(iter(per_seed.values()))
     summary = replicate_summary(per_seed)
+    seeds = sorted(per_seed)
+    crossed = effect_crossed([child[(stage, s)] for s in seeds],
+                             [parent[(parent_stage, per_seed[s]["parent_seed"])] for s in seeds],
+                             {part: [(per_seed[s].get(part) or {}).get("delta") for s in seeds] for part in ("brier", "ms")},
+                             seeds, n_bootstrap)
     return {"per_seed": {str(s): b for s, b in per_seed.items()}, "stage": stage, "parent_stage": parent_stage,
-            "same_eval_stage": all(b["same_eval_stage"] for b in per_seed.values()), **summary}
+            "same_eval_stage": all(b["same_eval_stage"] for b in per_seed.values()), **summary,
+            **({"crossed": crossed} if crossed else {})}
 
 
 def compares(stage: str, parent_stage: str) -> str:
@@ -235,7 +251,7 @@ def write_run_results(run_id: str, resolved_cfg: dict[str, Any], lineage: list[d
     by_stage: dict[str, dict[int, dict[str, Any]]] = {}
     for (stage, seed), m in metrics.items():
         by_stage.setdefault(stage, {})[seed] = m
-    stages = {name: combine_seeds(by_stage[name]) for name in stage_order}
+    stages = {name: stage_block(by_stage[name], records, name, resolved_cfg) for name in stage_order}
     ran_with = stage_provenance(evals + list(natural_evals or []))
     parent = lineage[-1].get("parent") if lineage else None
     knob = lineage[-1].get("knob") if lineage else None

@@ -399,8 +399,10 @@ VERDICT_COLORS = {"reproduced": "tab:green", "not reproduced": "tab:red", "incon
 def findings_forest(rows: list[dict[str, Any]]) -> bytes:
     """FINDINGS.md's forest plot, as PNG bytes: one row per finding, grouped by claim, in two panels
     (Brier-scale metrics, slope-scale metrics: their units differ ~10×). Each seed's estimate is a
-    dot, the combined estimate a square with its CI as a bar, a null's ±margin a band; colours by
-    verdict. ``rows``: {label, claim, brier, seeds, estimate, ci, margin, verdict}."""
+    dot with its own question CI as a thin bar just above the row, the combined estimate a square
+    with its CI as a thick bar: a combined bar no wider than a seed's says the questions' noise,
+    shared by the seeds, bounds it. A null's ±margin is a band; colours by verdict. ``rows``:
+    {label, claim, brier, seeds, seed_cis, estimate, ci, margin, verdict}."""
     panels = [[r for r in rows if r["brier"]], [r for r in rows if not r["brier"]]]
     height = 1.2 + 0.22 * max(1, *(len(p) + len({r["claim"] for r in p}) for p in panels))
     fig = _figure.Figure(figsize=(13, height))
@@ -417,7 +419,12 @@ def findings_forest(rows: list[dict[str, Any]]) -> bytes:
                     ax.fill_betweenx([y - 0.4, y + 0.4], -r["margin"], r["margin"], color="tab:blue", alpha=0.12, lw=0)
                 ax.plot([r["ci"][0], r["ci"][1]], [y, y], color=color, lw=2.2)
                 ax.plot([r["estimate"]], [y], "s", color=color, ms=5)
-                ax.plot(r["seeds"], [y] * len(r["seeds"]), "o", color=color, ms=3, alpha=0.55, mfc="none")
+                k = len(r["seeds"])
+                for j, (value, ci) in enumerate(zip(r["seeds"], r.get("seed_cis") or [None] * k)):
+                    at = y + (0.16 + 0.24 * j / max(k - 1, 1) if k > 1 else 0.0)
+                    if ci is not None and k > 1:
+                        ax.plot([ci[0], ci[1]], [at, at], color=color, lw=0.7, alpha=0.6)
+                    ax.plot([value], [at], "o", color=color, ms=3, alpha=0.55, mfc="none")
                 labels.append((y, r["label"], False))
                 y -= 1
         ax.axvline(0, color="black", lw=0.8)

@@ -26,15 +26,27 @@ MAX_SEEDS_SHOWN = 100   # seeds_needed says "more" beyond this
 
 @dataclass(frozen=True)
 class Combined:
-    """The seeds' combined estimate: ``estimate`` and its ``ci`` at ``level``, ``se`` and ``df`` (None
-    for one seed: a normal interval), τ (the between-seed sd), k seeds, the two-sided p of θ = 0."""
+    """The seeds' combined estimate: ``estimate`` and its ``ci`` at ``level``, ``se`` and ``df`` (None:
+    a normal interval), τ (the between-seed sd), k seeds, the two-sided p of θ = 0. A crossed
+    estimate (stats/crossed.py) also holds its variance components, per seed: the training's
+    (σ²_seed), the question noise every seed shares (σ²_shared) and each seed's own (σ²_residual),
+    on ``n_questions`` questions (None: bounded from the seeds' own CIs)."""
     estimate: float
     ci: tuple[float, float]
     se: float
-    df: Optional[int]
+    df: Optional[float]
     tau: float
     k: int
     level: float
+    var_seed: Optional[float] = None
+    var_shared: Optional[float] = None
+    var_residual: Optional[float] = None
+    n_questions: Optional[int] = None
+
+    @property
+    def crossed(self) -> bool:
+        """Whether the interval holds the questions' noise the seeds share (stats/crossed.py)."""
+        return self.var_shared is not None
 
     def p_zero(self) -> float:
         """Two-sided p of θ = 0."""
@@ -49,15 +61,15 @@ class Combined:
         return max(lower, upper)
 
 
-def _cdf(x: float, df: Optional[int]) -> float:
+def _cdf(x: float, df: Optional[float]) -> float:
     return float(stats.norm.cdf(x) if df is None else stats.t.cdf(x, df))
 
 
-def _quantile(q: float, df: Optional[int]) -> float:
+def _quantile(q: float, df: Optional[float]) -> float:
     return float(stats.norm.ppf(q) if df is None else stats.t.ppf(q, df))
 
 
-def _p_two_sided(z: float, df: Optional[int]) -> float:
+def _p_two_sided(z: float, df: Optional[float]) -> float:
     return float(2 * (stats.norm.sf(abs(z)) if df is None else stats.t.sf(abs(z), df)))
 
 

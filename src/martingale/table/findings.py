@@ -15,6 +15,7 @@ from typing import Any, Optional
 import yaml
 
 from ..stages import kinds
+from ..stats import crossed
 from ..stats.replicates import MIN_SEEDS, Combined, bh_q, combine, se_from_ci, seeds_needed
 from ..store.files import read_optional
 from . import fmt
@@ -55,9 +56,17 @@ an effect, the child's or the parent's) came out of a training stage (distill, t
 the pretrained base and local weights are fixed. One seed's CI resamples the held-out questions,
 not the training, so:
 
-- each seed's estimate has its question-bootstrap CI; with several seeds they are combined by
-  random effects (DerSimonian–Laird between-seed variance τ²) with the Hartung–Knapp–Sidik–Jonkman
-  interval (t with k − 1 degrees of freedom): the between-seed spread is inside the combined CI;
+- each seed's estimate has its question-bootstrap CI. Every seed reads the same held-out questions,
+  so seeds × questions are crossed and the seeds share their question error: several seeds are
+  combined as the seeds' mean with the variance σ²_seed/k + σ²_shared + σ²_residual/k of a two-way
+  crossed design (Searle, Casella & McCulloch 1992, *Variance Components*; Cameron, Gelbach & Miller
+  2011, multiway clustering). The seeds' question covariance comes from their records, the questions
+  resampled jointly across seeds (its off-diagonal: the noise they share, σ²_shared; the rest of
+  its diagonal: each seed's own, σ²_residual); σ²_seed, the training's, from the seeds' spread
+  beyond that. The CI is the widest of three t intervals: both noises (Welch–Satterthwaite df), the
+  seeds' spread alone (k − 1 df), the questions' noise of the seeds' mean alone — never narrower
+  than either noise allows. A metric without per-question records is bounded as if its seeds shared
+  all their question error;
 - a trained finding with fewer than 3 seeds is **provisional (k seeds)**, never decided;
 - an untrained finding with one seed is decided on its question-bootstrap CI, as one measurement.
 
@@ -80,8 +89,10 @@ Verdict rule, from the (combined) 95% CI [lo, hi]:
 
 "seeds to decide": how many seeds the combined CI would need to exclude 0 (a direction), or to
 fit inside ±m or lie wholly outside it (a null, whichever side of m its estimate is on), at the
-current estimate, from the seeds' observed spread (`martingale seeds <finding>`; with one seed the
-spread is unknown and the number is a lower bound, ≥).
+current estimate and variance components, the held-out questions as they are; "> 100" where more
+seeds alone cannot (the noise the seeds share is the questions'). Under each finding, the
+held-out questions that would decide it with today's seeds (`martingale seeds <finding>` prices
+both; with one seed the spread is unknown and the number is a lower bound, ≥).
 """
 
 
@@ -246,6 +257,7 @@ class Result:
     q: Optional[float] = None
     needed: Optional[int] = None             # seeds to decide at the current estimate
     needed_is_bound: bool = False            # one seed: the spread is unknown, ``needed`` a lower bound
+    questions_needed: Optional[int] = None   # held-out questions to decide with today's seeds (crossed)
 
 
 def _final(evals: dict) -> Optional[str]:
@@ -262,6 +274,33 @@ def _effect_block(evals: dict, stage: str) -> Optional[dict]:
     block = (evals.get("stages") or {}).get(stage)
     eff = block.get("effect") if isinstance(block, dict) else None
     return eff if isinstance(eff, dict) else None
+
+
+def _question_cov(evals: dict, f: Finding, stage: str) -> Optional[dict]:
+    """The ``crossed`` block of the finding's metric at ``stage`` (records/crossed.py): the seeds'
+    question covariance and its question count; None where eval.json has none."""
+    if f.metric in EFFECTS:
+        block = (_effect_block(evals, stage) or {}).get("crossed")
+        key = f.metric.split(".")[1]
+    else:
+        block = ((evals.get("stages") or {}).get(stage) or {}).get("crossed")
+        key = f.metric
+    found = (block or {}).get(key) if isinstance(block, dict) else None
+    return found if isinstance(found, dict) else None
+
+
+def combined(values: list[float], ses: list[float], question_cov: Optional[dict]) -> Combined:
+    """The seeds combined: one seed's own estimate and question-bootstrap CI; several crossed
+    (stats/crossed.py) with their records' question covariance, or without one bounded from their
+    own CIs as if their question errors were wholly shared."""
+    if len(values) == 1:
+        return combine(values, ses)
+    cov = (question_cov or {}).get("cov")
+    if isinstance(cov, list) and len(cov) == len(values) and all(
+            isinstance(row, list) and len(row) == len(values) and all(_number(v) is not None for v in row) for row in cov):
+        n = question_cov.get("n_questions")
+        return crossed.interval(values, cov, int(n) if _number(n) is not None else None)
+    return crossed.interval(values, crossed.shared_bound(ses), None)
 
 
 def _samples(evals: dict, f: Finding, stage: str) -> tuple[list[tuple], Optional[str], str]:
@@ -350,13 +389,17 @@ def result(f: Finding, row: dict, evals: Any, parent_evals: Any = None) -> Resul
         out.detail = f"{len(samples) - len(known)} of {len(samples)} seeds without a CI"
         return out
     ses = [se_from_ci(ci) for _, ci in known]
-    out.combined = combine([v for v, _ in known], ses)
+    out.combined = combined([v for v, _ in known], ses, _question_cov(evals, f, stage))
     c = out.combined
     out.p = c.p_equivalent(f.margin) if f.expect == "= 0" else c.p_zero()
     # a null decides either way: its CI inside ±margin, or wholly outside it past the estimate's side
     target = abs(f.margin - abs(c.estimate)) if f.expect == "= 0" else abs(c.estimate)
-    out.needed = seeds_needed([v for v, _ in known], ses, target)
-    out.needed_is_bound = len(known) == 1
+    if c.crossed:
+        out.needed = crossed.seeds_to_decide(c, target, least=MIN_SEEDS if trained else 2)
+        out.questions_needed = crossed.questions_to_decide(c, target)
+    else:
+        out.needed = seeds_needed([v for v, _ in known], ses, target)
+        out.needed_is_bound = True
     if trained and c.k < MIN_SEEDS:
         out.verdict, out.detail = PROVISIONAL, f"{c.k} seed" + ("s" if c.k != 1 else "")
     else:
@@ -420,6 +463,21 @@ def _needed(r: Result) -> str:
     return f"≥ {r.needed}" if r.needed_is_bound else str(r.needed)
 
 
+def components_text(c: Combined, digits: int) -> str:
+    """The crossed interval's parts as standard deviations of one seed's estimate: the seeds'
+    (training), the questions' the seeds share and each seed's own, and on how many questions."""
+    sd = lambda v: fmt.num(math.sqrt(max(v, 0.0)), digits)   # noqa: E731
+    on = f" ({c.n_questions} questions)" if c.n_questions is not None else " (bounded from the seeds' CIs)"
+    return f"sd: seeds {sd(c.var_seed)}, questions shared {sd(c.var_shared)}, own {sd(c.var_residual)}{on}"
+
+
+def questions_text(r: Result) -> str:
+    """Held-out questions to decide with today's seeds: a count, or why none."""
+    if r.questions_needed is not None:
+        return f"{r.questions_needed:,}"
+    return "– (questions unknown)" if r.combined.n_questions is None else "> 100× (the seeds' spread)"
+
+
 def _expect(f: Finding) -> str:
     return f"{f.expect} (±{f.margin:g})" if f.margin is not None else f.expect
 
@@ -441,9 +499,10 @@ def _section(f: Finding, r: Result, lookup) -> list[str]:
     if r.combined is not None:
         c = r.combined
         stats_line = f"  - p {fmt.pval(r.p)}, q {fmt.pval(r.q)}"
-        if c.k > 1:
-            stats_line += f"; τ (between seeds) {fmt.num(c.tau, d)}"
-        lines.append(stats_line + f"; seeds to decide: {_needed(r)}")
+        if c.crossed:
+            stats_line += "; " + components_text(c, d)
+        lines.append(stats_line + f"; seeds to decide: {_needed(r)}"
+                     + (f"; held-out questions to decide: {questions_text(r)}" if c.crossed else ""))
     if len(r.samples) > 1:
         for seed, value, ci in r.samples:
             lines.append(f"  - seed {seed}: {fmt.num(value, d, signed)}{fmt.ci(ci, d, signed)}")

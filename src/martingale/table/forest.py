@@ -1,5 +1,6 @@
-"""``findings-forest.png``: FINDINGS.md's picture — each finding with a result, its seeds' estimates,
-the combined estimate and CI, a null's margin band, coloured by verdict (plots.findings_forest)."""
+"""``findings-forest.png``: FINDINGS.md's picture — each finding with a result, its seeds' estimates
+with their own question CIs, the combined estimate and CI, a null's margin band, coloured by verdict
+(plots.findings_forest)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -18,7 +19,8 @@ def rows(findings: list[Finding], results: dict[str, Result]) -> list[dict]:
         if r.combined is None or r.verdict == NO_RESULT:
             continue
         out.append({"label": f.id, "claim": f.claim, "brier": "brier" in f.metric, "margin": f.margin,
-                    "seeds": [v for _, v, _ in r.samples if v is not None], "estimate": r.combined.estimate,
+                    "seeds": [v for _, v, _ in r.samples if v is not None],
+                    "seed_cis": [ci for _, v, ci in r.samples if v is not None], "estimate": r.combined.estimate,
                     "ci": r.combined.ci, "verdict": r.verdict})
     return out
 

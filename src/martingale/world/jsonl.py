@@ -81,7 +81,8 @@ class JsonlWorld(SyntheticWorld):
                 raise ValueError(f"world.n_train/world.n_heldout: {self.path} marks {len(train)} train and "
                                  f"{len(heldout)} held-out questions, fewer than {n_train}/{n_heldout}")
         else:
-            train, heldout = splits(self.questions, int(self.cfg["seed"]), n_train, n_heldout)
+            train, heldout = splits(self.questions, int(self.cfg["seed"]), n_train, n_heldout,
+                                    int(self.cfg.get("heldout_draw") or 0))
         return [as_question(q) for q in train], [as_question(q) for q in heldout]
 
     def bayes_logodds(self, q: Question, k: int | None = None) -> float | None:

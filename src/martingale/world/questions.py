@@ -37,7 +37,7 @@ TEXT_FIELDS = ("background", "resolution_criteria", "option")
 DATE_FIELDS = ("open_date", "close_date", "resolve_date")
 KNOWN_FIELDS = REQUIRED + TEXT_FIELDS + DATE_FIELDS
 NEGATION_SUFFIX = "~"
-SPLIT_STREAM = 11   # the rng stream of splits: default_rng([seed, SPLIT_STREAM])
+SPLIT_STREAM = 11   # the rng stream of splits: default_rng([seed, SPLIT_STREAM(, heldout_draw)])
 MARKED_SPLITS = ("train", "heldout")   # the values of a line's ``split`` field
 
 
@@ -295,11 +295,12 @@ def _crowd(questions: Sequence[ForecastQuestion]) -> dict[str, Any]:
 
 
 def splits(questions: Sequence[ForecastQuestion], seed: int, n_train: int,
-           n_heldout: int) -> tuple[list[ForecastQuestion], list[ForecastQuestion]]:
-    """Disjoint train and held-out sets, the same for the same seed and questions.
+           n_heldout: int, draw: int = 0) -> tuple[list[ForecastQuestion], list[ForecastQuestion]]:
+    """Disjoint train and held-out sets, the same for the same seed, draw and questions.
 
     The questions are put in qid order (so the file's line order does not matter) and permuted
-    by ``numpy.random.default_rng([seed, SPLIT_STREAM])``; the held-out set is the first
+    by ``numpy.random.default_rng([seed, SPLIT_STREAM])`` (a redraw k > 0: ``[seed, SPLIT_STREAM,
+    k]``, so the training questions change with the held-out ones); the held-out set is the first
     ``n_heldout`` of the permutation and train the next ``n_train``. So the held-out set does not
     depend on ``n_train``, and a smaller train set is a subset of a larger one — as in the research log,
     which trained on a 2000-question subset and on the full 7956 of about 9k Metaculus-style
@@ -316,7 +317,8 @@ def splits(questions: Sequence[ForecastQuestion], seed: int, n_train: int,
         raise ValueError(f"world.n_train + world.n_heldout: {n_train} + {n_heldout} = {n_train + n_heldout} "
                          f"questions asked for, the file holds {len(questions)}")
     ordered = sorted(questions, key=lambda q: q.qid)
-    order = np.random.default_rng([int(seed), SPLIT_STREAM]).permutation(len(ordered))
+    stream = [int(seed), SPLIT_STREAM] + ([int(draw)] if draw else [])
+    order = np.random.default_rng(stream).permutation(len(ordered))
     heldout = [ordered[i] for i in order[:n_heldout]]
     train = [ordered[i] for i in order[n_heldout:n_heldout + n_train]]
     return train, heldout

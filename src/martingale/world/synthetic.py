@@ -84,11 +84,14 @@ class SyntheticWorld:
         return out
 
     def splits(self) -> tuple[list[Question], list[Question]]:
-        """Seeded train and held-out sets; no held-out question repeats a train question's clues."""
+        """Seeded train and held-out sets; no held-out question repeats a train question's clues.
+        ``heldout_draw`` k > 0 draws the held-out set afresh from the same world (stream [seed, 2, k]):
+        the same clue table and training questions, other held-out questions."""
         seed = int(self.cfg["seed"])
         train = self.sample(int(self.cfg["n_train"]), np.random.default_rng([seed, 1]), "tr")
         seen = {q.clues for q in train}
-        rng = np.random.default_rng([seed, 2])
+        draw = int(self.cfg.get("heldout_draw") or 0)
+        rng = np.random.default_rng([seed, 2, draw] if draw else [seed, 2])
         heldout: list[Question] = []
         for _ in range(self.MAX_ROUNDS):
             if len(heldout) >= int(self.cfg["n_heldout"]):

@@ -1,0 +1,94 @@
+"""eval.json's ``crossed`` blocks: for a stage (or a paired effect) read over several seeds, the
+covariance of the seeds' estimates under the held-out questions resampled jointly across seeds
+(stats/crossed.py), from the per-question records of every seed. FINDINGS.md combines the seeds
+with it, so a finding's interval holds the question noise its seeds share.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from ..metrics import StageColumns
+from ..metrics import resampled as stat
+from ..stats.crossed import QUESTION_STREAM, joint_cov, resample_weights
+
+
+def _question_ids(*row_lists: list[dict[str, Any]]) -> list[str]:
+    """Every question any of the lists holds, in the order first seen."""
+    seen: dict[str, None] = {}
+    for rows in row_lists:
+        for r in rows:
+            seen.setdefault(r["qid"], None)
+    return list(seen)
+
+
+def _columns(rows: list[dict[str, Any]], qids: list[str], labels: dict[str, int]) -> StageColumns:
+    """One seed's columns on ``qids`` in that order; a question it lacks reads as unparsed (NaN)."""
+    by_qid = {r["qid"]: r for r in rows}
+    blank = {"stated": None, "prior": None, "posterior": None, "bayes_end": None}
+    filled = [{**blank, **by_qid.get(q, {"qid": q, "y": labels[q]})} for q in qids]
+    return StageColumns.from_records(filled, 0, 0.95, 0)
+
+
+def _aligned(row_lists: list[list[dict[str, Any]]]) -> tuple[int, list[StageColumns]]:
+    """(n questions, each list's columns on the same questions)."""
+    qids = _question_ids(*row_lists)
+    labels = {r["qid"]: r["y"] for rows in row_lists for r in rows}
+    return len(qids), [_columns(rows, qids, labels) for rows in row_lists]
+
+
+def _block(cov: Optional[np.ndarray], n: int) -> Optional[dict[str, Any]]:
+    return None if cov is None else {"cov": [[float(v) for v in row] for row in cov], "n_questions": n}
+
+
+def _finite(values: list[Any]) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) for v in values)
+
+
+def _rng(seeds: list[int]) -> np.random.Generator:
+    return np.random.default_rng([QUESTION_STREAM, *seeds])
+
+
+def stage_crossed(rows: dict[int, list[dict[str, Any]]], metrics: dict[int, dict[str, Any]],
+                  n_resamples: int) -> dict[str, dict[str, Any]]:
+    """{metric: {cov, n_questions}} for each metric of ``metrics.resampled.STAGE`` that every seed
+    of the stage has: the k × k covariance of the seeds' values under the questions resampled jointly
+    (seeds in sorted order). Empty for one seed."""
+    seeds = sorted(rows)
+    if len(seeds) < 2:
+        return {}
+    n, cols = _aligned([rows[s] for s in seeds])
+    weights = resample_weights(n, n_resamples, _rng(seeds))
+    out = {}
+    for key, fn in stat.STAGE.items():
+        if _finite([metrics[s].get(key) for s in seeds]):
+            block = _block(joint_cov(_each(fn, cols), weights), n)
+            if block is not None:
+                out[key] = block
+    return out
+
+
+def effect_crossed(child: list[list[dict[str, Any]]], parent: list[list[dict[str, Any]]],
+                   deltas: dict[str, list[Any]], seeds: list[int], n_resamples: int) -> dict[str, dict[str, Any]]:
+    """{part: {cov, n_questions}} for each part of the paired effect (``brier``, ``ms``) whose every
+    seed has a delta: child seed i against its parent's records ``parent[i]`` (the same seed, or the
+    parent's replicate), the questions resampled jointly for every seed, child and parent alike."""
+    k = len(child)
+    if k < 2:
+        return {}
+    n, cols = _aligned(child + parent)
+    weights = resample_weights(n, n_resamples, _rng(seeds))
+    pairs = list(zip(cols[:k], cols[k:]))
+    out = {}
+    for part, fn in stat.EFFECT.items():
+        if _finite(deltas.get(part, [])):
+            block = _block(joint_cov(_each(lambda pair, w, fn=fn: fn(*pair, w), pairs), weights), n)
+            if block is not None:
+                out[part] = block
+    return out
+
+
+def _each(fn: Callable[[Any, np.ndarray], np.ndarray], seeds: list[Any]) -> Callable[[np.ndarray], np.ndarray]:
+    """The B × k statistic: ``fn`` of each seed's columns under the same weights."""
+    return lambda w: np.stack([fn(c, w) for c in seeds], axis=1)

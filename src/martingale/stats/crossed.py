@@ -1,0 +1,190 @@
+"""A finding over seeds × questions, crossed: every seed of a run reads the same held-out questions,
+so the seeds share their question-sampling error, and their spread cannot show it.
+
+A seed's estimate θ_i is a statistic of its n questions; k seeds give θ_i = θ + u_i + q̄_i, u_i the
+training's noise (variance σ²_seed), q̄_i the question error, whose covariance C across seeds the
+records give: resample the questions jointly for every seed (``joint_cov``: the same resampled
+questions for every seed and, for a paired effect, for child and parent). Its off-diagonal mean is
+the question noise the seeds share (σ²_shared), the rest of its diagonal each seed's own
+(σ²_residual: a question × seed interaction, sampling noise). The estimate is the seeds' mean
+θ̂ = Σθ_i / k, and
+
+    Var(θ̂) = σ²_seed / k + σ²_shared + σ²_residual / k,
+
+the two-way crossed random-effects variance of a grand mean (Searle, Casella & McCulloch 1992,
+"Variance Components", §4; Cameron, Gelbach & Miller 2011, "Robust inference with multiway
+clustering"). The seeds' sample variance s² estimates σ²_seed + σ²_residual, so σ̂²_seed =
+max(0, s² − σ̂²_residual) and Var = s²/k + σ̂²_shared, never below the question noise of θ̂ itself
+(1ᵀC1 / k²). The interval is θ̂ ± t_df √Var, df by Welch–Satterthwaite: s²/k on k − 1 degrees of
+freedom, the questions' part on n − 1.
+
+Where a metric has no per-question records (``shared_bound``), C is bounded by the seeds' own
+question CIs as if their errors were wholly shared (correlation 1, the most the questions can
+share): never narrower than the truth, wider where the seeds' errors are partly their own.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from .replicates import Combined, _quantile
+
+QUESTION_STREAM = 17   # the rng stream of the joint resampling: default_rng([QUESTION_STREAM, *seeds])
+
+
+# ------------------------------------------------------------------------------- weighted statistics
+# The joint bootstrap as weights: row b of W counts how often resample b drew each question, so
+# every seed's statistic on resample b is a weighted statistic of its own columns (NaN: a question
+# the seed did not parse, weight 0). W = 1 is the statistic itself.
+
+def weighted_mean(w: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Σ w·v / Σ w over the questions where v is a number, for each row of weights w (B × n)."""
+    has = np.isfinite(v)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (w @ np.where(has, v, 0.0)) / (w @ has.astype(float))
+
+
+def weighted_moments(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(Σw, x̄, ȳ, Sxx, Sxy) per row of w over the questions where x and y are both numbers: the
+    weighted (population) moments an OLS slope and a variance are made of."""
+    has = np.isfinite(x) & np.isfinite(y)
+    x0, y0, m = np.where(has, x, 0.0), np.where(has, y, 0.0), has.astype(float)
+    sw = w @ m
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mx, my = (w @ x0) / sw, (w @ y0) / sw
+        sxx = (w @ (x0 * x0)) / sw - mx * mx
+        sxy = (w @ (x0 * y0)) / sw - mx * my
+    return sw, mx, my, sxx, sxy
+
+
+def weighted_slope(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """OLS slope of y on x, cov_w(x, y) / var_w(x), per row of w; NaN for a constant x."""
+    _, _, _, sxx, sxy = weighted_moments(w, x, y)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(sxx > 0, sxy / np.where(sxx > 0, sxx, 1.0), np.nan)
+
+
+def resample_weights(n: int, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """B × n counts: resample b draws n questions with replacement, the same draw for every seed."""
+    idx = rng.integers(0, n, size=(n_resamples, n)) + n * np.arange(n_resamples)[:, None]
+    return np.bincount(idx.ravel(), minlength=n_resamples * n).reshape(n_resamples, n).astype(float)
+
+
+def joint_cov(statistic: Callable[[np.ndarray], np.ndarray], weights: np.ndarray) -> Optional[np.ndarray]:
+    """The k × k covariance of the seeds' estimates under questions resampled jointly across seeds
+    (``weights``: ``resample_weights``): ``statistic(weights)`` gives B × k, each seed's statistic
+    under each resample. None when the statistic is undefined (NaN) in more than 1% of the
+    resamples; those that are are dropped."""
+    draws = np.asarray(statistic(weights), dtype=float)
+    ok = np.isfinite(draws).all(axis=1)
+    if ok.sum() < 0.99 * len(draws) or ok.sum() < 3:
+        return None
+    return np.atleast_2d(np.cov(draws[ok], rowvar=False, ddof=1))
+
+
+def shared_bound(ses: Sequence[float]) -> np.ndarray:
+    """The question covariance of seeds whose errors are wholly shared, C_ij = se_i·se_j: the
+    largest their own question CIs allow (Cauchy–Schwarz)."""
+    s = np.asarray([float(v) for v in ses])
+    return np.outer(s, s)
+
+
+# ------------------------------------------------------------------------------- the interval
+def components(estimates: Sequence[float], cov: np.ndarray) -> tuple[float, float, float]:
+    """(σ²_seed, σ²_shared, σ²_residual) from the seeds' estimates and their question covariance:
+    σ²_shared = the mean off-diagonal of C, σ²_residual = the mean diagonal − σ²_shared (each
+    seed's own question noise), σ²_seed = max(0, s² − σ²_residual) (the training's, per seed)."""
+    c = np.asarray(cov, dtype=float)
+    k = len(estimates)
+    diag = float(np.mean(np.diag(c)))
+    shared = float((c.sum() - np.trace(c)) / (k * (k - 1))) if k > 1 else diag
+    residual = max(0.0, diag - shared) if k > 1 else 0.0
+    spread = float(np.var(np.asarray(estimates, dtype=float), ddof=1)) if k > 1 else 0.0
+    return max(0.0, spread - residual), shared, residual
+
+
+def half_width(var_seed: float, var_shared: float, var_residual: float, k: int,
+               n_questions: Optional[int], level: float = 0.95, scale: float = 1.0) -> float:
+    """The crossed interval's half-width with k seeds and ``scale`` × the questions (the shared and
+    residual question variances shrink as 1/scale): t_df √(σ²_seed/k + σ²_shared/scale +
+    σ²_residual/(scale·k)), df by Welch–Satterthwaite (see ``interval``)."""
+    se, df = _se_df(var_seed, var_shared / scale, var_residual / scale, k,
+                    None if n_questions is None else int(round(n_questions * scale)), level)
+    return _quantile((1 + level) / 2, df) * se
+
+
+def _se_df(var_seed: float, var_shared: float, var_residual: float, k: int,
+           n_questions: Optional[int], level: float = 0.95) -> tuple[float, Optional[float]]:
+    """(se, df) of the widest of three intervals: both noises, s²/k + σ²_shared (s²/k = (σ²_seed +
+    σ²_residual)/k on k − 1 df, σ²_shared on n − 1: Welch–Satterthwaite); the seeds' spread alone,
+    s²/k on k − 1 (Hartung–Knapp's with equal weights); the questions' noise alone, σ²_shared +
+    σ²_residual/k on n − 1 (None: normal). The Satterthwaite df, computed from estimated parts,
+    runs high where the seeds happen to agree, and the estimated seed variance is floored at 0: the
+    other two keep the interval from being narrower than either noise alone allows."""
+    q_df = None if n_questions is None else n_questions - 1
+    options = [(math.sqrt(max(var_shared + var_residual / k, 0.0)), q_df)]
+    if var_seed > 0:
+        seeds_part = (var_seed + var_residual) / k
+        both = seeds_part + max(var_shared, 0.0)
+        denominator = seeds_part ** 2 / (k - 1) + (var_shared ** 2 / q_df if q_df and var_shared > 0 else 0.0)
+        options += [(math.sqrt(seeds_part), k - 1), (math.sqrt(both), both * both / denominator)]
+    z = (1 + level) / 2
+    return max(options, key=lambda sd: _quantile(z, sd[1]) * sd[0])
+
+
+def interval(estimates: Sequence[float], cov: np.ndarray, n_questions: Optional[int],
+             level: float = 0.95) -> Combined:
+    """The crossed estimate of θ from k ≥ 2 seeds' ``estimates`` and their question covariance
+    ``cov`` (``joint_cov``, or ``shared_bound`` without records): θ̂ the seeds' mean, the CI
+    θ̂ ± t_df √(s²/k + σ²_shared) floored at the question noise of θ̂ (module docstring)."""
+    y = [float(v) for v in estimates]
+    k = len(y)
+    if k < 2 or np.shape(cov) != (k, k):
+        raise ValueError(f"crossed interval: {k} estimates and a {np.shape(cov)} covariance (needs k ≥ 2, k × k)")
+    var_seed, var_shared, var_residual = components(y, cov)
+    se, df = _se_df(var_seed, var_shared, var_residual, k, n_questions, level)
+    mu = sum(y) / k
+    t = _quantile((1 + level) / 2, df)
+    return Combined(mu, (mu - t * se, mu + t * se), se, df, math.sqrt(var_seed), k, level,
+                    var_seed=var_seed, var_shared=var_shared, var_residual=var_residual, n_questions=n_questions)
+
+
+MAX_SCALE = 100          # questions_to_decide looks up to 100 × today's questions
+
+
+def seeds_to_decide(c: Combined, target: float, least: int = 2, most: int = 100) -> Optional[int]:
+    """The fewest seeds, from ``least``, (at today's questions) whose crossed half-width would be
+    under ``target``, at the estimate's variance components; None: more than ``most``, or never (the
+    questions' shared noise alone is wider: more questions, not seeds, narrow it)."""
+    if target <= 0 or not c.crossed:
+        return None
+    for k in range(max(2, least), most + 1):
+        if half_width(c.var_seed, c.var_shared, c.var_residual, k, c.n_questions, c.level) < target:
+            return k
+    return None
+
+
+def questions_to_decide(c: Combined, target: float) -> Optional[int]:
+    """The fewest held-out questions (with today's k seeds) whose crossed half-width would be under
+    ``target``; None: more than MAX_SCALE × today's, never (the seeds' spread alone is wider: more
+    seeds, not questions, narrow it), or the question count unknown (an interval bounded from CIs)."""
+    if target <= 0 or not c.crossed or c.n_questions is None:
+        return None
+
+    def fits(scale: float) -> bool:
+        return half_width(c.var_seed, c.var_shared, c.var_residual, c.k, c.n_questions, c.level, scale) < target
+
+    if not fits(MAX_SCALE):
+        return None
+    lo, hi = 1 / c.n_questions, float(MAX_SCALE)    # scale: questions as a multiple of today's
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    return max(2, math.ceil(hi * c.n_questions))
+
+
+__all__ = ["QUESTION_STREAM", "components", "half_width", "interval", "joint_cov", "questions_to_decide",
+           "resample_weights", "seeds_to_decide", "shared_bound", "weighted_mean", "weighted_moments",
+           "weighted_slope"]

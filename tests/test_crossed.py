@@ -1,0 +1,141 @@
+"""A finding over seeds × questions, crossed (martingale/stats/crossed.py): simulated campaigns of the
+campaign's own design — every seed reads the same 1,000 held-out questions, some unparsed — with a
+per-question effect common to every seed, a seed effect and a residual. The crossed interval covers
+the true effect at its level in every cell, for a mean metric and for a slope; the random-effects
+combination of the seeds' own question CIs, which treats their question errors as independent,
+does not where the questions' shared noise dominates."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from martingale.stats.crossed import (
+    half_width,
+    interval,
+    joint_cov,
+    questions_to_decide,
+    resample_weights,
+    seeds_to_decide,
+    shared_bound,
+    weighted_mean,
+    weighted_slope,
+)
+from martingale.stats.replicates import combine
+
+N_QUESTIONS, UNPARSED, THETA, SIMULATIONS = 1000, 0.05, 0.1, 1000
+RESAMPLES = 200      # per simulated campaign (the build uses eval.n_bootstrap, 1000); 1,000 campaigns a cell
+# Each cell: the standard deviations of one seed's estimate that its three sources give: the
+# training (seed), the questions every seed shares, each seed's own question noise (residual; one
+# per seed where they differ).
+CELLS = {
+    "balanced": (0.01, 0.01, 0.01),
+    "questions dominate": (0.002, 0.02, 0.005),
+    "seeds dominate": (0.02, 0.003, 0.003),
+    "unequal per-seed errors": (0.01, 0.005, (0.005, 0.01, 0.02, 0.01, 0.005)),
+}
+
+
+def campaign(rng, metric: str, k: int, seed_sd: float, shared_sd: float, residual_sd) -> tuple[np.ndarray, ...]:
+    """k seeds' per-question columns on the same questions; NaN where a seed did not parse. A mean
+    metric's per-question values, or a slope's (x = prior − ½, y = Δ) with each seed's slope θ + u_i."""
+    residual = np.broadcast_to(np.asarray(residual_sd, dtype=float)[:k], (k,))
+    scale = np.sqrt(N_QUESTIONS)
+    u = rng.normal(0, seed_sd, k)
+    if metric == "mean":
+        q = rng.normal(0, shared_sd * scale, N_QUESTIONS)
+        v = THETA + u[:, None] + q[None, :] + rng.normal(0, 1, (k, N_QUESTIONS)) * (residual * scale)[:, None]
+        v[rng.random(v.shape) < UNPARSED] = np.nan
+        return (v,)
+    sd_x = 0.2
+    x = rng.normal(0, sd_x, N_QUESTIONS)[None, :] + rng.normal(0, 0.02, (k, N_QUESTIONS))
+    q = rng.normal(0, shared_sd * scale * sd_x, N_QUESTIONS)
+    y = (THETA + u)[:, None] * x + q[None, :] + rng.normal(0, 1, (k, N_QUESTIONS)) * (residual * scale * sd_x)[:, None]
+    x[rng.random(x.shape) < UNPARSED] = np.nan
+    return x, y
+
+
+def statistic(metric: str, cols: tuple[np.ndarray, ...]):
+    if metric == "mean":
+        (v,) = cols
+        return lambda w: np.stack([weighted_mean(w, row) for row in v], axis=1)
+    x, y = cols
+    return lambda w: np.stack([weighted_slope(w, x[i], y[i]) for i in range(len(x))], axis=1)
+
+
+def coverage(metric: str, k: int, cell: str) -> tuple[float, float]:
+    """(crossed, today's random-effects combine): the share of simulated campaigns whose 95% CI
+    covers θ. Today's reads each seed's own question bootstrap se, as eval.json's per-seed CIs do."""
+    rng = np.random.default_rng([k, len(cell), len(metric)])
+    crossed_hits = combine_hits = 0
+    for _ in range(SIMULATIONS):
+        stat = statistic(metric, campaign(rng, metric, k, *CELLS[cell]))
+        estimates = stat(np.ones((1, N_QUESTIONS)))[0]
+        cov = joint_cov(stat, resample_weights(N_QUESTIONS, RESAMPLES, rng))
+        c = interval(estimates, cov, N_QUESTIONS)
+        old = combine(list(estimates), list(np.sqrt(np.diag(cov))))
+        crossed_hits += c.ci[0] <= THETA <= c.ci[1]
+        combine_hits += old.ci[0] <= THETA <= old.ci[1]
+    return crossed_hits / SIMULATIONS, combine_hits / SIMULATIONS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cell", list(CELLS))
+@pytest.mark.parametrize("k", [3, 5])
+@pytest.mark.parametrize("metric", ["mean", "slope"])
+def test_the_crossed_ci_covers_the_true_effect_in_93_to_97_percent_of_campaigns(metric, k, cell):
+    covered, _ = coverage(metric, k, cell)
+    assert 0.93 <= covered <= 0.97, covered
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("metric", ["mean", "slope"])
+def test_random_effects_over_the_seeds_own_cis_fail_where_the_seeds_share_their_questions(metric):
+    """Today's ``combine`` treats each seed's question error as its own: where the questions' shared
+    noise dominates, the seeds agree and its interval shrinks below what the questions allow."""
+    _, covered = coverage(metric, 3, "questions dominate")
+    assert covered < 0.9, covered
+
+
+def test_the_interval_is_never_narrower_than_the_question_noise_of_the_seeds_mean():
+    """Seeds that agree exactly: no spread, yet the questions they share still bound the interval."""
+    cov = np.full((3, 3), 0.02 ** 2)        # wholly shared question noise, ±0.02 a seed
+    c = interval([0.05, 0.05, 0.05], cov, 1000)
+    assert c.ci[1] - c.estimate >= 1.96 * 0.02
+    assert c.var_seed == pytest.approx(0, abs=1e-12) and c.var_shared == pytest.approx(0.02 ** 2)
+
+
+def test_seeds_that_disagree_beyond_their_questions_widen_it_on_k_minus_1_degrees_of_freedom():
+    cov = np.diag([0.005 ** 2] * 3)
+    c = interval([0.0, 0.1, 0.2], cov, 1000)
+    assert c.var_seed > 0 and c.df == pytest.approx(2, rel=0.05)
+    assert c.ci[0] < 0 < c.ci[1]
+
+
+def test_without_records_the_seeds_own_cis_bound_the_shared_noise_as_wholly_shared():
+    c = interval([0.05, 0.051, 0.049], shared_bound([0.01, 0.01, 0.01]), None)
+    assert c.ci[1] - c.estimate >= 1.96 * 0.01 and c.n_questions is None
+
+
+def test_more_seeds_cannot_narrow_what_the_questions_share_but_more_questions_can():
+    """σ²_shared does not shrink with k: a finding bounded by it needs questions, not seeds."""
+    c = interval([0.03, 0.031, 0.029], np.full((3, 3), 0.02 ** 2), 1000)
+    target = 0.03
+    assert seeds_to_decide(c, target) is None
+    n = questions_to_decide(c, target)
+    assert n is not None and n > 1000
+    assert half_width(c.var_seed, c.var_shared, c.var_residual, 3, 1000, scale=n / 1000) < target
+
+
+def test_a_spread_of_seeds_needs_seeds_not_questions():
+    c = interval([0.0, 0.05, 0.1], np.diag([0.001 ** 2] * 3), 1000)
+    assert questions_to_decide(c, 0.04) is None
+    assert seeds_to_decide(c, 0.04) is not None
+
+
+def test_joint_resampling_gives_a_shared_question_its_covariance():
+    """Two seeds with the same per-question values: their resampled means move together."""
+    rng = np.random.default_rng(0)
+    v = rng.normal(0, 1, 500)
+    cov = joint_cov(lambda w: np.stack([weighted_mean(w, v), weighted_mean(w, v)], axis=1),
+                    resample_weights(500, 400, rng))
+    assert cov[0, 1] == pytest.approx(cov[0, 0]) and cov[0, 0] == pytest.approx(1 / 500, rel=0.2)
