@@ -196,9 +196,26 @@ def test_seeds_shows_each_seed_the_combined_ci_and_the_seeds_a_finding_needs(pro
     res = cli(proj, "seeds", "D-entrenches")
     assert res.exit_code == 0, res.output
     assert "trained: each seed" in res.output and "+0.060 [+0.030, +0.090]" in res.output
-    assert "combined (3 seeds): +0.040 [" in res.output and "τ" in res.output
-    needed = int(res.output.split("seeds to decide: ")[1].split(";")[0])
-    assert needed >= 3 and "stage-hours" in res.output
+    assert "combined (3 seeds): +0.040 [" in res.output and "sd: seeds" in res.output
+    needed = int(res.output.split("to decide at this estimate: ")[1].split(" seeds")[0])
+    assert needed >= 3 and "h a seed" in res.output and "no redraw (no records" in res.output
+
+
+def test_seeds_prices_more_held_out_questions_where_the_seeds_share_their_question_noise(proj):
+    """Seeds that agree, with a question covariance in eval.json wholly shared: more seeds cannot
+    narrow it, more held-out questions (a redraw: the evaluations only) can."""
+    _d_finding(proj, run="twostage-v2-k3")
+    values, cis = [0.03, 0.031, 0.029], [[-0.01, 0.07], [-0.009, 0.071], [-0.011, 0.069]]
+    write_eval(proj, "twostage-v2-k3", {"s0": {"seeds": [41, 42, 43], "ms": {"mean": 0.03, "per_seed": values},
+                                               "ms_ci": {"per_seed": cis},
+                                               "crossed": {"ms": {"cov": [[0.02 ** 2] * 3] * 3, "n_questions": 1000}}}},
+               **_provenance(["s0"], [41, 42, 43], "distill"))
+    res = cli(proj, "seeds", "D-entrenches")
+    assert res.exit_code == 0, res.output
+    assert "questions shared 0.020" in res.output and "(1000 questions)" in res.output
+    assert "no number of seeds up to 100" in res.output and "cheaper: questions" in res.output
+    status = cli(proj, "status")
+    assert "open findings (1 inconclusive" in status.output and "D-entrenches:" in status.output
 
 
 def test_seeds_of_an_unknown_finding_is_one_line_and_exit_1(proj):

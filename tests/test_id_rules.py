@@ -52,3 +52,17 @@ def test_a_kind_that_asks_no_question_sees_the_synthetic_worlds_source_and_no_sp
 
 def test_the_omitted_marker_is_never_hashed():
     assert OMIT not in identity(Toy, {"added_later": 0, "size": 1}, None).values()
+
+
+def test_a_heldout_redraw_enters_the_ids_of_the_evaluations_only_and_of_no_stage_at_the_first_draw():
+    world = {"name": "synthetic", "seed": 0, "heldout_draw": 1}
+    assert identity(core.WorldConfig, world, EVALUATE)["heldout_draw"] == 1
+    assert "heldout_draw" not in identity(core.WorldConfig, world, TRAIN)
+    assert "heldout_draw" not in identity(core.WorldConfig, {**world, "heldout_draw": 0}, EVALUATE)
+    assert identity(core.WorldConfig, world, None)["heldout_draw"] == 1
+
+
+def test_a_redraw_of_a_questions_files_split_changes_its_training_questions_too():
+    world = {"name": "jsonl", "seed": 0, "heldout_draw": 1, "questions_file": "q.jsonl"}
+    assert identity(core.WorldConfig, world, TRAIN)["heldout_draw"] == 1
+    assert "heldout_draw" not in identity(core.WorldConfig, world, PRETRAIN)

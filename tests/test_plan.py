@@ -276,3 +276,16 @@ def test_a_training_stage_on_a_cpu_has_its_thread_count_in_its_id_and_an_eval_do
     assert one[0] != two[0]
     assert all("threads" not in plan.stages[s].cfg["model"] for s in one if plan.stages[s].kind == "evaluate")
     assert all("threads" not in plan.stages[s].cfg.get("model", {}) for s in plan.run_chain("llama"))  # on GPUs
+
+
+def test_a_heldout_redraw_rebuilds_every_evaluation_and_no_training_stage(proj, monkeypatch):
+    """$MARTINGALE_HELDOUT_DRAW (world.heldout_draw, as conf/config.yaml reads it): fresh held-out
+    questions from the same world; the stages that train keep their ids, so only evaluations rebuild."""
+    with (proj / "conf" / "config.yaml").open("a", encoding="utf-8") as f:
+        f.write("world: {heldout_draw: '${oc.decode:${oc.env:MARTINGALE_HELDOUT_DRAW,0}}'}\n")
+    before = Plan.load(proj)
+    monkeypatch.setenv("MARTINGALE_HELDOUT_DRAW", "1")
+    after = Plan.load(proj)
+    new = set(after.stages) - set(before.stages)
+    assert new and {after.stages[s].kind for s in new} <= {"evaluate", "simulate"}
+    assert {before.stages[s].kind for s in set(before.stages) - set(after.stages)} <= {"evaluate", "simulate"}

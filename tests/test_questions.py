@@ -256,6 +256,12 @@ def test_a_different_seed_gives_a_different_split():
     assert splits(many(100), 42, 60, 30)[1] != splits(many(100), 43, 60, 30)[1]
 
 
+def test_a_heldout_redraw_of_a_files_split_draws_train_and_heldout_afresh():
+    first, redrawn = splits(many(100), 42, 60, 30), splits(many(100), 42, 60, 30, draw=1)
+    assert first[1] != redrawn[1] and first[0] != redrawn[0]
+    assert splits(many(100), 42, 60, 30, draw=0) == first
+
+
 def test_splits_do_not_depend_on_the_order_of_the_file():
     qs = many(100)
     assert splits(qs, 7, 50, 20) == splits(list(reversed(qs)), 7, 50, 20)

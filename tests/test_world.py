@@ -97,3 +97,13 @@ def test_splits_give_up_with_the_key_when_too_few_distinct_questions_exist():
     cfg = {**OmegaConf.to_container(OmegaConf.structured(WorldConfig)), "n_clue_types": 2, "clues_per_question": 2, "n_train": 8, "n_heldout": 3}
     with pytest.raises(ValueError, match="world.n_heldout"):
         SyntheticWorld(cfg).splits()
+
+
+def test_a_heldout_redraw_keeps_the_world_and_its_training_questions_and_draws_new_heldout_ones(world):
+    train, heldout = world.splits()
+    redrawn = SyntheticWorld({**world.cfg, "heldout_draw": 1})
+    train_again, heldout_again = redrawn.splits()
+    assert train_again == train and (redrawn.llr == world.llr).all()
+    assert not {q.clues for q in heldout_again} & {q.clues for q in heldout}     # fresh questions …
+    assert not {q.clues for q in heldout_again} & {q.clues for q in train}       # … none a training one
+    assert len(heldout_again) == len(heldout)

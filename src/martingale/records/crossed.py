@@ -43,7 +43,8 @@ def _block(cov: Optional[np.ndarray], n: int) -> Optional[dict[str, Any]]:
 
 
 def _finite(values: list[Any]) -> bool:
-    return all(isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) for v in values)
+    """A value for every seed, each a finite number (none missing, null or NaN)."""
+    return bool(values) and all(isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) for v in values)
 
 
 def _rng(seeds: list[int]) -> np.random.Generator:

@@ -4,7 +4,7 @@ the store's stage timings (plan/cost.py) and projected from the finding's crosse
 components at its current estimate (stats/crossed.py)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -19,19 +19,19 @@ from .rows import TableError
 @dataclass(frozen=True)
 class Routes:
     """A finding's two ways to narrow its CI. ``*_gain``: the half-width one more seed, or one more
-    redraw (n more questions), takes off per stage-hour; ``seeds``/``questions``: how many would
-    decide it (None: that route alone cannot, or more than it looks), with the stage-hours to get
-    there. ``questions`` is None throughout where the world's questions are a file's (world=jsonl:
-    its held-out set is fixed by the file's split)."""
+    redraw (as many questions again), takes off per stage-hour; ``seeds``/``questions``: how many
+    would decide it (None: that route alone cannot, or more than it looks), with the stage-hours to
+    get there. Where no redraw is priced, ``no_questions`` says why."""
     half_width: float
     seed_hours: float
-    redraw_hours: Optional[float]
     seed_gain: float
-    question_gain: Optional[float]
     seeds: Optional[int]
     seeds_cost: Optional[float]
-    questions: Optional[int]
-    questions_cost: Optional[float]
+    redraw_hours: Optional[float] = None
+    question_gain: Optional[float] = None
+    questions: Optional[int] = None
+    questions_cost: Optional[float] = None
+    no_questions: Optional[str] = None
 
     @property
     def cheaper(self) -> str:
@@ -57,40 +57,41 @@ def _per_hour(gain: float, hours: float) -> float:
 
 
 def routes(plan: Plan, root: Path | str, f: Finding, r: Result) -> Optional[Routes]:
-    """The two routes for a finding with a crossed interval (None without one)."""
+    """The two routes for a finding over several seeds (None for one seed: its spread is unknown)."""
     c = r.combined
-    if c is None or not c.crossed or c.n_questions is None:
+    if c is None or not c.crossed:
         return None
     runs = finding_runs(plan, f)
     per_seed = cost.seed_hours(plan, runs, root)
-    synthetic = all(plan.resolved_config(run)["world"]["name"] == "synthetic" for run in runs)
-    redraw = cost.redraw_hours(plan, runs, root) if synthetic else None
     parts = (c.var_seed, c.var_shared, c.var_residual)
     now = crossed.half_width(*parts, c.k, c.n_questions, c.level)
-    seed_gain = _per_hour(now - crossed.half_width(*parts, c.k + 1, c.n_questions, c.level), per_seed)
-    question_gain = None if redraw is None else \
-        _per_hour(now - crossed.half_width(*parts, c.k, c.n_questions, c.level, scale=2.0), redraw)
-    seeds_cost = None if r.needed is None else max(0, r.needed - c.k) * per_seed
-    questions = r.questions_needed if synthetic else None
-    questions_cost = None if questions is None or redraw is None else \
-        max(0, questions - c.n_questions) / c.n_questions * redraw
-    return Routes(now, per_seed, redraw, seed_gain, question_gain, r.needed, seeds_cost, questions, questions_cost)
+    seeds = Routes(now, per_seed, _per_hour(now - crossed.half_width(*parts, c.k + 1, c.n_questions, c.level), per_seed),
+                   r.needed, None if r.needed is None else max(0, r.needed - c.k) * per_seed)
+    if c.n_questions is None:
+        return replace(seeds, no_questions="no records: the question count is unknown")
+    if not all(plan.resolved_config(run)["world"]["name"] == "synthetic" for run in runs):
+        return replace(seeds, no_questions="the questions are a file's (world=jsonl): its split fixes them")
+    redraw = cost.redraw_hours(plan, runs, root)
+    gain = _per_hour(now - crossed.half_width(*parts, c.k, c.n_questions, c.level, scale=2.0), redraw)
+    n = r.questions_needed
+    return replace(seeds, redraw_hours=redraw, question_gain=gain, questions=n,
+                   questions_cost=None if n is None else max(0, n - c.n_questions) / c.n_questions * redraw)
 
 
 def describe(way: Routes, c: Combined, digits: int) -> list[str]:
-    """A finding's two routes to a decision, in words (table/to_decide.py)."""
-    hw = fmt.num(way.half_width, digits)
-    lines = [f"half-width now {hw}; per stage-hour one more seed takes off {fmt.num(way.seed_gain, digits)} "
-             f"({cost.hours(way.seed_hours)} h a seed)"]
-    if way.question_gain is not None:
+    """A finding's two routes to a decision, in two lines: what each narrows per stage-hour, and
+    how many of each would decide it at its current estimate."""
+    lines = [f"half-width now {fmt.num(way.half_width, digits)}; per stage-hour one more seed takes off "
+             f"{fmt.num(way.seed_gain, digits)} ({cost.hours(way.seed_hours)} h a seed)"]
+    if way.no_questions:
+        lines[0] += f"; no redraw ({way.no_questions})"
+    else:
         lines[0] += (f", {c.n_questions:,} more held-out questions {fmt.num(way.question_gain, digits)} "
                      f"({cost.hours(way.redraw_hours)} h a redraw)")
-    else:
-        lines[0] += "; the questions are a file's (world=jsonl): no redraw"
     seeds_text = "no number of seeds up to 100 (the questions' shared noise)" if way.seeds is None else \
         f"{way.seeds} seeds (+{max(0, way.seeds - c.k)}, ≈ {cost.hours(way.seeds_cost)} h)"
-    if way.question_gain is None:
-        questions_text = "–"
+    if way.no_questions:
+        questions_text = "no redraw"
     elif way.questions is None:
         questions_text = "no number of questions up to 100× (the seeds' spread)"
     else:
