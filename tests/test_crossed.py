@@ -38,7 +38,7 @@ CELLS = {
 def campaign(rng, metric: str, k: int, seed_sd: float, shared_sd: float, residual_sd) -> tuple[np.ndarray, ...]:
     """k seeds' per-question columns on the same questions; NaN where a seed did not parse. A mean
     metric's per-question values, or a slope's (x = prior − ½, y = Δ) with each seed's slope θ + u_i."""
-    residual = np.broadcast_to(np.asarray(residual_sd, dtype=float)[:k], (k,))
+    residual = np.broadcast_to(np.atleast_1d(np.asarray(residual_sd, dtype=float))[:k], (k,))
     scale = np.sqrt(N_QUESTIONS)
     u = rng.normal(0, seed_sd, k)
     if metric == "mean":

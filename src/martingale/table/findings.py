@@ -12,13 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+import numpy as np
 import yaml
 
+from ..config.runs import RunTree
 from ..stages import kinds
 from ..stats import crossed
 from ..stats.replicates import MIN_SEEDS, Combined, bh_q, combine, se_from_ci, seeds_needed
+from ..stats.sequential import Boundary, futility
 from ..store.files import read_optional
-from . import fmt
+from . import fmt, looks
 from .rows import TableError
 
 FINDINGS = "conf/findings.yaml"
@@ -258,6 +261,9 @@ class Result:
     needed: Optional[int] = None             # seeds to decide at the current estimate
     needed_is_bound: bool = False            # one seed: the spread is unknown, ``needed`` a lower bound
     questions_needed: Optional[int] = None   # held-out questions to decide with today's seeds (crossed)
+    question_cov: Optional[dict] = None      # eval.json's crossed block the seeds were combined with
+    look: Optional[Any] = None               # the look read (table/looks.Look): conf/decide.yaml's plan
+    stopped: Optional[str] = None            # why no later look is taken (futility, the last look)
 
 
 def _final(evals: dict) -> Optional[str]:
@@ -289,18 +295,17 @@ def _question_cov(evals: dict, f: Finding, stage: str) -> Optional[dict]:
     return found if isinstance(found, dict) else None
 
 
-def combined(values: list[float], ses: list[float], question_cov: Optional[dict]) -> Combined:
+def combined(values: list[float], ses: list[float], question_cov: Optional[dict], level: float = 0.95) -> Combined:
     """The seeds combined: one seed's own estimate and question-bootstrap CI; several crossed
     (stats/crossed.py) with their records' question covariance, or without one bounded from their
     own CIs as if their question errors were wholly shared."""
     if len(values) == 1:
-        return combine(values, ses)
+        return combine(values, ses, level)
     cov = (question_cov or {}).get("cov")
-    if isinstance(cov, list) and len(cov) == len(values) and all(
-            isinstance(row, list) and len(row) == len(values) and all(_number(v) is not None for v in row) for row in cov):
+    if _valid_cov(cov, len(values)):
         n = question_cov.get("n_questions")
-        return crossed.interval(values, cov, int(n) if _number(n) is not None else None)
-    return crossed.interval(values, crossed.shared_bound(ses), None)
+        return crossed.interval(values, cov, int(n) if _number(n) is not None else None, level)
+    return crossed.interval(values, crossed.shared_bound(ses), None, level)
 
 
 def _samples(evals: dict, f: Finding, stage: str) -> tuple[list[tuple], Optional[str], str]:
@@ -363,12 +368,11 @@ def _count(evals: dict, f: Finding, stage: str) -> Result:
     return Result(judge_count(f.expect, k, n), "", stage, None, ((None, f"{k}/{n}", None),))
 
 
-def result(f: Finding, row: dict, evals: Any, parent_evals: Any = None) -> Result:
-    """The finding's number and verdict before the table's multiplicity control (``decide``):
-    from its run's row state and eval.json (read only for a done run), and for an effect the
-    parent's eval.json (is the parent trained?)."""
+def _measure(f: Finding, row: dict, evals: Any, parent_evals: Any) -> Result:
+    """One run's reading of the finding (no verdict yet): its stage, the seeds' samples, whether it
+    is trained, and in ``combined`` nothing; a Result with a reason where there is nothing to read."""
     if row["state"] != "done":
-        return Result(NO_RESULT, f"{f.run} is {row['state']}")
+        return Result(NO_RESULT, f"{row['run_id']} is {row['state']}")
     if not isinstance(evals, dict):
         return Result(NO_RESULT, "eval.json unreadable")
     stage = _final(evals) if f.stage == "final" else f.stage
@@ -383,29 +387,87 @@ def result(f: Finding, row: dict, evals: Any, parent_evals: Any = None) -> Resul
         trained = _trained_at(parent_evals, eff.get("parent_stage"))
     out = Result(NO_RESULT, missing, stage, compares, tuple(samples), trained)
     known = [(v, ci) for _, v, ci in samples if v is not None and ci is not None]
-    if not known:
-        return out
-    if len(known) < len(samples):
+    if known and len(known) < len(samples):
         out.detail = f"{len(samples) - len(known)} of {len(samples)} seeds without a CI"
-        return out
-    ses = [se_from_ci(ci) for _, ci in known]
-    out.combined = combined([v for v, _ in known], ses, _question_cov(evals, f, stage))
-    c = out.combined
-    out.p = c.p_equivalent(f.margin) if f.expect == "= 0" else c.p_zero()
+    elif known:
+        out.verdict = INCONCLUSIVE          # readable: the verdict is decided by ``result``
+        out.question_cov = _question_cov(evals, f, stage)
+    return out
+
+
+def _pooled(parts: list[Result], level: float) -> tuple[Combined, tuple]:
+    """The seeds over every held-out draw of a look: each seed's estimate and each draw's question
+    covariance weighted by its questions (draws are disjoint question sets: their errors are
+    independent), θ_i = Σ w_d θ_id, C = Σ w_d² C_d; one draw is itself."""
+    values = [[v for _, v, _ in p.samples] for p in parts]
+    ses = [[se_from_ci(ci) for _, _, ci in p.samples] for p in parts]
+    if len(parts) == 1:
+        return combined(values[0], ses[0], parts[0].question_cov, level), parts[0].samples
+    covs, ns = [], []
+    for p, s in zip(parts, ses):
+        cov, n = (p.question_cov or {}).get("cov"), (p.question_cov or {}).get("n_questions")
+        covs.append(np.asarray(cov, dtype=float) if _valid_cov(cov, len(s)) else crossed.shared_bound(s))
+        ns.append(int(n) if _valid_cov(cov, len(s)) and _number(n) is not None else None)
+    total = sum(ns) if None not in ns else None
+    w = [n / total for n in ns] if total else [1 / len(parts)] * len(parts)
+    theta = [sum(wd * vals[i] for wd, vals in zip(w, values)) for i in range(len(values[0]))]
+    cov = sum(wd * wd * c for wd, c in zip(w, covs))
+    z = statistics.NormalDist().inv_cdf(0.975)
+    samples = tuple((seed, t, (t - z * math.sqrt(cov[i][i]), t + z * math.sqrt(cov[i][i])))
+                    for i, ((seed, _, _), t) in enumerate(zip(parts[0].samples, theta)))
+    if len(theta) == 1:
+        return combine(theta, [math.sqrt(cov[0][0])], level), samples
+    return crossed.interval(theta, cov, total, level), samples
+
+
+def result(f: Finding, row: dict, evals: Any, parent_evals: Any = None, more: tuple = (),
+           boundary: Boundary = Boundary(), look: Optional[Any] = None, max_seeds: int = 0,
+           max_scale: float = 1.0) -> Result:
+    """The finding's number and verdict before the table's multiplicity control (``decide``):
+    from its run's row state and eval.json (read only for a done run), and for an effect the
+    parent's eval.json (is the parent trained?). A later look (``look``, conf/decide.yaml) pools
+    its other held-out draws' (row, evals, parent_evals) in ``more``; every look is tested at the
+    plan's nominal level (``boundary``), its p adjusted to α's scale."""
+    parts = [_measure(f, row, evals, parent_evals)] + [_measure(f, *m) for m in more]
+    first = parts[0]
+    if first.verdict != INCONCLUSIVE or f.metric in COUNTS:
+        return first
+    if any(p.verdict != INCONCLUSIVE for p in parts):
+        return next(p for p in parts if p.verdict != INCONCLUSIVE)
+    out = Result(NO_RESULT, "", first.stage, first.compares, first.samples, first.trained, look=look)
+    c, out.samples = _pooled(parts, boundary.level())
+    out.combined = c
+    out.p = boundary.adjusted(c.p_equivalent(f.margin) if f.expect == "= 0" else c.p_zero())
     # a null decides either way: its CI inside ±margin, or wholly outside it past the estimate's side
     target = abs(f.margin - abs(c.estimate)) if f.expect == "= 0" else abs(c.estimate)
+    trained = first.trained
     if c.crossed:
         out.needed = crossed.seeds_to_decide(c, target, least=MIN_SEEDS if trained else 2)
         out.questions_needed = crossed.questions_to_decide(c, target)
     else:
-        out.needed = seeds_needed([v for v, _ in known], ses, target)
+        ses = [se_from_ci(ci) for _, _, ci in out.samples]
+        out.needed = seeds_needed([v for _, v, _ in out.samples], ses, target)
         out.needed_is_bound = True
+    where = f", look {look.index} of {look.of}" if look is not None and look.of > 1 else ""
     if trained and c.k < MIN_SEEDS:
-        out.verdict, out.detail = PROVISIONAL, f"{c.k} seed" + ("s" if c.k != 1 else "")
-    else:
-        out.verdict = judge(f.expect, c.ci, f.margin)
-        out.detail = f"{c.k} seeds" if c.k > 1 else ""
+        out.verdict, out.detail = PROVISIONAL, f"{c.k} seed" + ("s" if c.k != 1 else "") + where
+        return out
+    out.verdict = judge(f.expect, c.ci, f.margin)
+    out.detail = (f"{c.k} seeds" if c.k > 1 else "") + (where if c.k > 1 else where.lstrip(", "))
+    if out.verdict == INCONCLUSIVE and look is not None and look.of > 1:
+        max_seeds = max(max_seeds, c.k)
+        if look.index >= look.of:
+            out.stopped = "the plan's last look"
+        elif (why := futility(c, target, max_seeds, max_scale)):
+            out.stopped = f"stopped for futility: {why}"
+        if out.stopped:
+            out.detail += f"; {out.stopped}"
     return out
+
+
+def _valid_cov(cov: Any, k: int) -> bool:
+    return isinstance(cov, list) and len(cov) == k and all(
+        isinstance(row, list) and len(row) == k and all(_number(v) is not None for v in row) for row in cov)
 
 
 def decide(findings: list[Finding], results: dict[str, Result]) -> None:
@@ -531,12 +593,12 @@ def render_findings(findings: Optional[list[Finding]], results: dict[str, Result
             parts += [f"![Each finding's seeds (dots), combined effect and CI (bar), a null's margin (band)]({figure})",
                       ""]
         parts += ["## Summary", "",
-                  "| finding | claim | run | stage | metric | expect | value [CI] | p | q | seeds to decide | verdict |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| finding | claim | run | stage | metric | expect | value [CI] | p | q | look | seeds to decide | verdict |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for f in findings:
             r = results[f.id]
             cells = (f.id, f.claim, f.run, _stage(f, r), f.metric, _expect(f), _value(f, r), fmt.pval(r.p),
-                     fmt.pval(r.q), _needed(r), _verdict(r))
+                     fmt.pval(r.q), r.look.label() if r.look is not None else "–", _needed(r), _verdict(r))
             parts.append("| " + " | ".join(fmt.cell(c) for c in cells) + " |")
         parts.append("")
         for claim in sorted({f.claim for f in findings}):
@@ -562,11 +624,22 @@ def evaluate(root: Path | str, rows: list[dict]) -> tuple[Optional[list[Finding]
             evals[run] = read_optional(root / "results" / run / "eval.json")
         return evals[run]
 
+    def reading(run: str, f: Finding) -> tuple:
+        own = read(run)
+        return by_id[run], own, read(own.get("parent")) if isinstance(own, dict) and f.metric in EFFECTS else None
+
+    plan = looks.load_plan(root)
+    tree = RunTree.load(root / "conf") if plan.looks > 1 and findings else None
     results = {}
     for f in findings or ():
-        own = read(f.run)
-        parent = read(own.get("parent")) if isinstance(own, dict) and f.metric in EFFECTS else None
-        results[f.id] = result(f, by_id[f.run], own, parent)
+        if tree is None:
+            results[f.id] = result(f, *reading(f.run, f), boundary=plan.bound())
+            continue
+        look = looks.current_look(tree, f.run, plan, lambda r: r in by_id and by_id[r]["state"] == "done")
+        reads = [reading(r, f) for r in look.runs]
+        redraws = tree.resolved_config(f.run)["world"]["name"] == "synthetic"
+        results[f.id] = result(f, *reads[0], more=tuple(reads[1:]), boundary=plan.bound(), look=look,
+                               max_seeds=plan.max_seeds, max_scale=plan.draws if redraws else 1.0)
     decide(findings or [], results)
 
     def lookup(run: str, stage: str, metric: str) -> Optional[str]:
