@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("plan", {"plan"}),
     ("records", {"records"}),
     ("table", {"table"}),
-    ("entry", {"jobs", "cli", ""}),   # "": the package's own __init__
+    ("entry", {"jobs", "decide", "cli", ""}),   # "": the package's own __init__
 ]
 RANK = {unit: rank for rank, (_, units) in enumerate(LAYERS) for unit in units}
 LAYER_NAME = {unit: name for name, units in LAYERS for unit in units}

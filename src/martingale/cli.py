@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.tree import Tree
 
+from . import decide as deciding
 from .config.compose import flatten
 from .config.runs import RunError, RunTree, display_path, run_id_problem
 from .core.settings import ProjectPath
@@ -26,6 +27,7 @@ from .store.files import redact, write_jsonl, write_text
 from .store.locks import live_snakemakes, locked, stale_lock
 from .store.manifest import problems, store_folders
 from .table import OUTPUTS, TableError, build_table, findings, fmt, load_claims, write_table
+from .table.looks import load_plan
 from .table.to_decide import describe, finding_runs, open_findings, routes
 from .world.forecastbench import ImportProblem, import_forecastbench
 from .world.jsonl import exported_rows
@@ -172,15 +174,18 @@ def diff(a: str = typer.Argument(..., help="Run-id A."), b: str = typer.Argument
 @app.command()
 def check() -> None:
     """Validate every run file and compose every run's config; then the other config files the
-    build reads: conf/claims.yaml and conf/findings.yaml (each finding's run must exist)."""
+    build reads: conf/claims.yaml, conf/findings.yaml (each finding's run must exist) and
+    conf/decide.yaml (decide's plan)."""
     tree = _tree()
     try:
         load_claims(STATE.root)
         found = findings.load(STATE.root, set(tree.ids()))
+        plan = load_plan(STATE.root)
     except TableError as e:
         fail(str(e))
         return
-    out.print(f"{len(tree)} runs OK" + (f", {len(found)} findings OK" if found is not None else ""), markup=False)
+    out.print(f"{len(tree)} runs OK" + (f", {len(found)} findings OK" if found is not None else "")
+              + (f", decide's plan OK ({plan.looks} looks)" if plan.looks > 1 else ""), markup=False)
 
 
 @app.command("table")
@@ -349,6 +354,26 @@ def advice(rows: dict[str, dict]) -> list[str]:
         pids = ", ".join(map(str, live_snakemakes(STATE.root)))
         lines.append(f"lock: held by a running Snakemake (pid {pids}): do not unlock")
     return lines
+
+
+@app.command(name="decide")
+def decide_cmd(budget: float = typer.Option(1.0, "--budget", help="CPU-hours to spend at most (the budget is "
+                                             "exceeded by one stage at most; counted across decides)."),
+               all_: bool = typer.Option(False, "--all", help="Provisional findings too, not only inconclusive ones."),
+               profile: str = typer.Option("local", "--profile", help="profiles/<name>: local or slurm."),
+               jobs: int = typer.Option(2, "--jobs", help="Stages launched at once (a wave).")) -> None:
+    """Decide the open findings: in rounds, give each open finding its next look by the cheaper route
+    (more seeds, or a held-out redraw) as run files, build them with Snakemake, regenerate the table;
+    until the budget is spent or nothing is open. The plan is conf/decide.yaml."""
+    if budget < 0 or jobs < 1:
+        fail("decide: --budget must be ≥ 0 and --jobs ≥ 1")
+        return
+    try:
+        tallies = deciding.decide(STATE.root, budget, all_, profile, jobs, say=lambda m: out.print(m, markup=False))
+    except (RunError, TableError) as e:
+        fail(str(e))
+        return
+    out.print("decided: " + ", ".join(f"{n} {v}" for v, n in sorted(tallies.items())), markup=False)
 
 
 @app.command()

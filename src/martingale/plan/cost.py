@@ -237,24 +237,34 @@ def seed_stages(plan: Plan, run: str, seed: int) -> list[str]:
     return [sid for sid in plan.run_chain(run) if sid in ids and every[plan.stages[sid].kind].per_seed]
 
 
-def seed_hours(plan: Plan, runs: Iterable[str], root: Path | str) -> float:
-    """Estimated stage-hours of one more seed of each of ``runs`` (their first seed's per-seed
-    stages, priced as new from the store's history)."""
+def seed_estimate(plan: Plan, runs: Iterable[str], root: Path | str) -> Estimate:
+    """One more seed of each of ``runs``: their first seed's per-seed stages, priced as new from the
+    store's history."""
     sids: list[str] = []
     for run in runs:
         seeds = [r.seed for r in plan.run_stages(run)]
         if seeds:
             sids += seed_stages(plan, run, seeds[0])
-    return estimate(plan, sids, root, new=lambda sid: True).stage_hours
+    return estimate(plan, sids, root, new=lambda sid: True)
 
 
-def redraw_hours(plan: Plan, runs: Iterable[str], root: Path | str) -> float:
-    """Estimated stage-hours of a redraw of the held-out questions for ``runs``: every seed's
-    evaluation (measure) stages, priced as new; the training stages are kept (world.heldout_draw)."""
+def seed_hours(plan: Plan, runs: Iterable[str], root: Path | str) -> float:
+    """Estimated stage-hours of one more seed of each of ``runs`` (``seed_estimate``)."""
+    return seed_estimate(plan, runs, root).stage_hours
+
+
+def redraw_estimate(plan: Plan, runs: Iterable[str], root: Path | str) -> Estimate:
+    """A redraw of the held-out questions for ``runs``: every seed's evaluation (measure) stages,
+    priced as new; the training stages are kept (world.heldout_draw)."""
     every = kinds()
     sids = [r.eval_stage for run in runs for r in plan.run_stages(run)
             if every[plan.stages[r.eval_stage].kind].place == "measure"]
-    return estimate(plan, sids, root, new=lambda sid: True).stage_hours
+    return estimate(plan, sids, root, new=lambda sid: True)
+
+
+def redraw_hours(plan: Plan, runs: Iterable[str], root: Path | str) -> float:
+    """Estimated stage-hours of a redraw of the held-out questions for ``runs`` (``redraw_estimate``)."""
+    return redraw_estimate(plan, runs, root).stage_hours
 
 
 # ------------------------------------------------------------------ budget

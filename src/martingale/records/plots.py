@@ -401,8 +401,9 @@ def findings_forest(rows: list[dict[str, Any]]) -> bytes:
     (Brier-scale metrics, slope-scale metrics: their units differ ~10×). Each seed's estimate is a
     dot with its own question CI as a thin bar just above the row, the combined estimate a square
     with its CI as a thick bar: a combined bar no wider than a seed's says the questions' noise,
-    shared by the seeds, bounds it. A null's ±margin is a band; colours by verdict. ``rows``:
-    {label, claim, brier, seeds, seed_cis, estimate, ci, margin, verdict}."""
+    shared by the seeds, bounds it; a seed a later look added (``martingale decide``) is a filled
+    dot. A null's ±margin is a band; colours by verdict. ``rows``: {label, claim, brier, seeds,
+    seed_cis, added (the index of the first added seed, or None), estimate, ci, margin, verdict}."""
     panels = [[r for r in rows if r["brier"]], [r for r in rows if not r["brier"]]]
     height = 1.2 + 0.22 * max(1, *(len(p) + len({r["claim"] for r in p}) for p in panels))
     fig = _figure.Figure(figsize=(13, height))
@@ -424,7 +425,8 @@ def findings_forest(rows: list[dict[str, Any]]) -> bytes:
                     at = y + (0.16 + 0.24 * j / max(k - 1, 1) if k > 1 else 0.0)
                     if ci is not None and k > 1:
                         ax.plot([ci[0], ci[1]], [at, at], color=color, lw=0.7, alpha=0.6)
-                    ax.plot([value], [at], "o", color=color, ms=3, alpha=0.55, mfc="none")
+                    added = r.get("added") is not None and j >= r["added"]     # a seed a later look added
+                    ax.plot([value], [at], "o", color=color, ms=3, alpha=0.55, mfc=color if added else "none")
                 labels.append((y, r["label"], False))
                 y -= 1
         ax.axvline(0, color="black", lw=0.8)

@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from ..store.files import write_bytes_if_changed, write_text_if_changed
-from . import findings, forest, markdown, page
+from . import findings, forest, looks, markdown, page
 from .rows import TableError, build_table, check_no_corrupt, check_no_vanished, previous_rows
 from .schema import check_rows, schema_errors
 
@@ -65,7 +65,8 @@ def write_table(root: Path | str = ".", tree=None) -> Path:
     picture = forest.draw(found or [], results)
     texts = {TABLE: rows_json(rows), "RUNS.md": markdown.render(rows, claims),
              "runs.html": page.render(rows, claims, FOREST if picture else None),
-             "FINDINGS.md": findings.render_findings(found, results, claims, lookup, FOREST if picture else None)}
+             "FINDINGS.md": findings.render_findings(found, results, claims, lookup, FOREST if picture else None,
+                                                     looks.describe(looks.load_plan(root)))}
     if picture:
         write_bytes_if_changed(root / FOREST, picture)
     else:

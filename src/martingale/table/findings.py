@@ -90,6 +90,16 @@ Verdict rule, from the (combined) 95% CI [lo, hi]:
 - the run is not done (queued, running, stale, crashed, invalid), or its number or CI is missing
   or NaN → **no result yet**.
 
+**Looks.** With a plan in `conf/decide.yaml` (declared before the first look), `martingale decide`
+may read a finding again after adding seeds, or a fresh held-out draw pooled with the first (each
+draw weighted by its questions; their errors independent): the "look" column gives the look read
+(the latest complete one), its seeds and draws. Every look is tested at the plan's nominal level
+α' (Pocock: the same at every look, so that the chance of a false decision over all of a finding's
+looks stays α; Pocock 1977, Jennison & Turnbull 2000 §2), its CI printed at 1 − α' and its p
+adjusted to α's scale, min(1, p·α/α'), before BH. A finding the plan cannot decide at its current
+estimate and variance components, even at its most seeds and draws, is **stopped for futility**,
+and says so; one at its last look is stopped there.
+
 "seeds to decide": how many seeds the combined CI would need to exclude 0 (a direction), or to
 fit inside ±m or lie wholly outside it (a null, whichever side of m its estimate is on), at the
 current estimate and variance components, the held-out questions as they are; "> 100" where more
@@ -581,8 +591,9 @@ def tally(results: dict[str, Result]) -> str:
 
 
 def render_findings(findings: Optional[list[Finding]], results: dict[str, Result], claims: dict[str, str],
-                    lookup=lambda run, stage, metric: None, figure: Optional[str] = None) -> str:
-    parts = [HEADER]
+                    lookup=lambda run, stage, metric: None, figure: Optional[str] = None,
+                    plan: Optional[str] = None) -> str:
+    parts = [HEADER] + ([plan, ""] if plan else [])
     if findings is None:
         parts.append(f"No findings file: `{FINDINGS}` does not exist (its format is in docs/findings.md).")
     elif not findings:

@@ -20,7 +20,9 @@ def rows(findings: list[Finding], results: dict[str, Result]) -> list[dict]:
             continue
         out.append({"label": f.id, "claim": f.claim, "brier": "brier" in f.metric, "margin": f.margin,
                     "seeds": [v for _, v, _ in r.samples if v is not None],
-                    "seed_cis": [ci for _, v, ci in r.samples if v is not None], "estimate": r.combined.estimate,
+                    "seed_cis": [ci for _, v, ci in r.samples if v is not None],
+                    "added": r.look.first if r.look is not None and r.look.k > r.look.first else None,
+                    "estimate": r.combined.estimate,
                     "ci": r.combined.ci, "verdict": r.verdict})
     return out
 

@@ -54,6 +54,17 @@ PLAN_KEYS = {"looks": "an integer ≥ 1", "seeds": "a list of increasing seed co
              "draws": "an integer ≥ 1", "alpha": "a number in (0, 0.5)", "boundary": " | ".join(BOUNDARIES)}
 
 
+def describe(plan: DecidePlan) -> Optional[str]:
+    """FINDINGS.md's line on the plan (None for a single look)."""
+    if plan.looks < 2:
+        return None
+    b = plan.bound()
+    return (f"Decide's plan (`{DECIDE}`, declared before the first look): at most {plan.looks} looks a finding, "
+            f"seeds {' → '.join(map(str, plan.seeds))}, {plan.draws} held-out draw{'s' * (plan.draws > 1)}; "
+            f"{plan.boundary}: every look at the nominal level {b.nominal():.4f} (CIs at {100 * b.level():.1f}%), "
+            f"α {plan.alpha:g} over a finding's looks; p is adjusted to α's scale, min(1, p·α/α').")
+
+
 def load_plan(root: Path | str) -> DecidePlan:
     """conf/decide.yaml as a DecidePlan; every problem one line naming the file and the key."""
     path = Path(root) / DECIDE
@@ -148,6 +159,7 @@ class Look:
     runs: tuple[str, ...]
     index: int
     of: int
+    first: int = 0          # the campaign's seeds: those after them were added by later looks
 
     def label(self) -> str:
         return f"{self.index} of {self.of} ({self.k} seed{'s' * (self.k != 1)}" + \
@@ -172,10 +184,10 @@ def current_look(tree: RunTree, run: str, plan: DecidePlan, done: Any) -> Look:
     """The latest complete look of a finding on ``run`` (``done(run_id)``: is it built and current):
     the (k, draws) with the highest number whose every draw's run is done; the campaign's if none."""
     k0 = len(base_seeds(tree, run))
-    best = Look(k0, 1, (run,), 1, plan.looks)
+    best = Look(k0, 1, (run,), 1, plan.looks, k0)
     for k, draws in looks_of(tree, run, plan):
         runs = tuple(look_name(run, k, d, k0) for d in range(draws))
         index = look_index(tree, run, plan, k, draws)
         if index <= plan.looks and index > best.index and all(r in tree.specs and done(r) for r in runs):
-            best = Look(k, draws, runs, index, plan.looks)
+            best = Look(k, draws, runs, index, plan.looks, k0)
     return best

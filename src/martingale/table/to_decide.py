@@ -111,9 +111,13 @@ def open_findings(root: Path | str, rows: list[dict]) -> list[str]:
     if not shut:
         return []
     plan = Plan.load(root)
-    lines = [f"open findings ({len(shut)} inconclusive; martingale seeds <finding> for both routes):"]
+    lines = [f"open findings ({len(shut)} inconclusive; martingale seeds <finding> for both routes, "
+             "martingale decide to take them):"]
     for f in shut:
         r = results[f.id]
+        if r.stopped:
+            lines.append(f"  {f.id}: {r.stopped}")
+            continue
         way = routes(plan, root, f, r)
         if way is None:
             lines.append(f"  {f.id}: {r.detail or 'no crossed interval'}")
