@@ -5,7 +5,10 @@ recomputed by the metric's own function (metrics.STAGE_METRICS and the declared 
 seeds are averaged: the 95% percentile half-width of that average is what the questions alone
 allow. A finding's printed CI must be no narrower.
 
-    python scripts/question_noise.py [ROOT] [--resamples 1000]
+    python scripts/question_noise.py [ROOT] [--resamples 1000] [--findings OLD/FINDINGS.md]
+
+With --findings, the half-widths are read from that file's summary table (another build's
+FINDINGS.md over the same results: what it printed) instead of this code's.
 
 Prints, per finding over several seeds, the printed half-width, the question noise and their ratio;
 exits 1 when a ratio is under 1 − TOLERANCE (the bootstrap's own Monte-Carlo error at 1,000
@@ -14,6 +17,7 @@ resamples is about 2% of a half-width).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from dataclasses import fields, replace
 from pathlib import Path
@@ -97,13 +101,27 @@ def question_noise(root: Path, f: findings.Finding, r: findings.Result, resample
     return float(hi - lo) / 2
 
 
+def printed_half_widths(path: Path) -> dict[str, float]:
+    """finding id → the half-width of the CI its summary row prints."""
+    out = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        m = re.search(r"\[([+\-−]?[\d.]+), ([+\-−]?[\d.]+)\]", cells[6]) if len(cells) > 6 else None
+        if m:
+            lo, hi = (float(g.replace("−", "-")) for g in m.groups())
+            out[cells[0]] = (hi - lo) / 2
+    return out
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("root", nargs="?", default=".")
     ap.add_argument("--resamples", type=int, default=1000)
+    ap.add_argument("--findings", type=Path, default=None, help="read the printed CIs from this FINDINGS.md")
     args = ap.parse_args(argv)
     root = Path(args.root).resolve()
     found, results, _ = findings.evaluate(root, build_table(root))
+    printed = printed_half_widths(args.findings) if args.findings else None
     under = 0
     print(f"{'finding':40s} {'k':>2s} {'half-width':>10s} {'questions':>10s} {'ratio':>6s}")
     for f in found or ():
@@ -111,8 +129,10 @@ def main(argv: list[str]) -> int:
         c = r.combined
         if c is None or c.k < 2 or f.metric in findings.COUNTS:
             continue
+        if printed is not None and f.id not in printed:
+            continue
         noise = question_noise(root, f, r, args.resamples)
-        half = (c.ci[1] - c.ci[0]) / 2
+        half = printed[f.id] if printed is not None else (c.ci[1] - c.ci[0]) / 2
         ratio = half / noise if noise else float("inf")
         flag = "  UNDER" if ratio < 1 - TOLERANCE else ""
         under += bool(flag)

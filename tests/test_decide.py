@@ -19,6 +19,8 @@ from martingale.table.looks import look_runs
 
 from projcopy import SMOKE, make_project
 
+pytestmark = pytest.mark.slow     # builds base and its looks at smoke scale (~3 min)
+
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 PLAN = "looks: 3\nseeds: [1, 3, 5]\ndraws: 2\nalpha: 0.05\nboundary: pocock\n"
 FINDING = ('base-flat:\n  claim: C1\n  log: l\n  statement: "base\'s same-mode MS > 0"\n'

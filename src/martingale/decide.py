@@ -24,7 +24,7 @@ from .config.runs import RunTree
 from .plan import Plan, cost
 from .stats import crossed
 from .store import stage_dir
-from .store.files import read_jsonl, write_jsonl, write_text
+from .store.files import open_log, read_jsonl, write_jsonl, write_text
 from .store.manifest import MANIFEST
 from .table import build_table, findings, write_table
 from .table.looks import DecidePlan, Look, LookRun, base_seeds, load_plan, look_index, look_name, look_runs
@@ -139,10 +139,12 @@ class Builder:
         self.log = root / "logs" / "decide" / "snakemake.log"
 
     def snakemake(self, targets: list[str]) -> bool:
-        self.log.parent.mkdir(parents=True, exist_ok=True)
+        """Snakemake on the targets with the profile; its output appended to logs/decide/snakemake.log."""
         cmd = [str(Path(sys.executable).with_name("snakemake")), "--profile", f"profiles/{self.profile}", *targets]
-        with self.log.open("a", encoding="utf-8") as out:
-            return subprocess.run(cmd, cwd=self.root, stdout=out, stderr=subprocess.STDOUT).returncode == 0
+        res = subprocess.run(cmd, cwd=self.root, capture_output=True, text=True)
+        with open_log(self.log) as out:
+            out.write(res.stdout + res.stderr)
+        return res.returncode == 0
 
     def build(self, runs: list[str]) -> bool:
         """Build the runs' new stages in waves while the budget allows, then their aggregates.

@@ -12,6 +12,7 @@ stage the two share is one stage of the store.
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,11 +125,12 @@ class LookRun:
     claims: tuple[str, ...] = field(default=())
 
     def text(self) -> str:
-        """The run file, as a person would write it."""
-        body = {"parent": self.parent, "knob": self.knob, "question": self.question}
+        """The run file, as a person would write it (strings JSON-quoted: valid YAML whatever they hold)."""
+        lines = [f"parent: {self.parent}", f"knob: {json.dumps(self.knob)}",
+                 f"question: {json.dumps(self.question, ensure_ascii=False)}"]
         if self.claims:
-            body["claims"] = list(self.claims)
-        return yaml.safe_dump(body, sort_keys=False, allow_unicode=True, width=100)
+            lines.append("claims: [" + ", ".join(self.claims) + "]")
+        return "\n".join(lines) + "\n"
 
 
 def look_runs(tree: RunTree, run: str, k: int, draw: int, paired: set[str]) -> list[LookRun]:
