@@ -29,6 +29,7 @@ from martingale.metrics import STAGE_METRICS, StageColumns, declared_metrics
 from martingale.records.crossed import _aligned
 from martingale.store import files
 from martingale.table import build_table, findings
+from martingale.table.finding_reads import _effect_block
 
 TOLERANCE = 0.05
 ARRAYS = [f.name for f in fields(StageColumns) if f.name not in ("n_bootstrap", "level", "seed")]
@@ -82,7 +83,7 @@ def question_noise(root: Path, f: findings.Finding, r: findings.Result, resample
     seeds = sorted(child)
     parent_rows = None
     if f.metric in findings.EFFECTS:
-        eff = findings._effect_block(evals, r.stage)
+        eff = _effect_block(evals, r.stage)
         parent = by_seed(root, evals["parent"], eff["parent_stage"])
         pseed = {s: int(eff["per_seed"][str(s)]["parent_seed"]) for s in seeds}
         parent_rows = [parent[pseed[s]] for s in seeds]
