@@ -3,6 +3,8 @@ at test time (no file of the project edited), a run that uses all three is check
 dry-run by Snakemake, with the new kind as its own rule."""
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 
@@ -69,4 +71,34 @@ def test_the_names_are_refused_once_unregistered(proj):
     from martingale.config.runs import RunError, RunTree
     write_run(proj, "r1.yaml", "parent: base\nknob: elicit.judge=midway\n")
     with pytest.raises(RunError, match="elicit.judge"):
+        RunTree.load(proj / "conf")
+
+
+def test_a_new_world_in_one_file_is_allowed_planned_and_opened_by_the_stages(proj):
+    """A world registered where it is defined (``@world``): ``world.name`` allows it, a run on it is
+    planned, and a stage opens it by name; unregistered, the knob is refused again."""
+    from martingale.config.runs import RunError, RunTree
+    from martingale.stages.body.common import make_world
+    from martingale.world import WORLDS, world, worlds
+    from martingale.world.synthetic import SyntheticWorld
+
+    worlds()
+    with WORLDS.temporarily():
+        @world("inverted")
+        class Inverted(SyntheticWorld):
+            """The synthetic world with the held-out set's outcomes flipped."""
+
+            def splits(self):
+                train, heldout = super().splits()
+                return train, [q.negation() for q in heldout]
+
+        write_run(proj, "inv.yaml", "parent: base\nknob: world.name=inverted\n")
+        plan = Plan.load(proj)
+        evals = [plan.stages[s] for s in plan.run_chain("inv") if plan.stages[s].kind == "evaluate"]
+        assert {e.cfg["world"]["name"] for e in evals} == {"inverted"}
+        opened = make_world(evals[0].cfg["world"])
+        assert isinstance(opened, Inverted)
+        assert opened.splits()[1][0].y == 1 - SyntheticWorld(evals[0].cfg["world"]).splits()[1][0].y
+    shutil.rmtree(proj / ".cache")            # the run configs cached while it was registered (keyed by code files)
+    with pytest.raises(RunError, match="world.name"):
         RunTree.load(proj / "conf")

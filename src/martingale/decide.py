@@ -29,6 +29,7 @@ from .store.manifest import MANIFEST
 from .table import build_table, findings, write_table
 from .table.looks import DecidePlan, Look, LookRun, base_seeds, load_plan, look_index, look_name, look_runs
 from .table.to_decide import finding_runs
+from .world import worlds
 
 LEDGER = "logs/decide/ledger.jsonl"
 
@@ -83,7 +84,7 @@ def _target(f: findings.Finding, r: findings.Result) -> float:
 
 
 def next_step(root: Path, tree: RunTree, cplan: Plan, plan: DecidePlan, f: findings.Finding,
-              r: findings.Result, paired: set[str], synthetic: bool) -> Optional[Step]:
+              r: findings.Result, paired: set[str], redraws: bool) -> Optional[Step]:
     """The finding's next look by the cheaper route to decide it (seeds or one more held-out draw),
     or the look already written for it and not yet built (a killed decide's)."""
     look: Look = r.look
@@ -91,7 +92,7 @@ def next_step(root: Path, tree: RunTree, cplan: Plan, plan: DecidePlan, f: findi
     pending = _pending(tree, f, look, plan, k0)
     runs = finding_runs(cplan, f)
     seed_cost = cost.seed_estimate(cplan, runs, root).cpu_hours
-    draw_cost = cost.redraw_estimate(cplan, runs, root).cpu_hours if synthetic else None
+    draw_cost = cost.redraw_estimate(cplan, runs, root).cpu_hours if redraws else None
     if pending is not None:
         k, draws = pending
         return Step(f, "resume", k, draws, (), tuple(look_name(f.run, k, d, k0) for d in range(draws)), 0.0, 0.0)
@@ -195,8 +196,8 @@ def decide(root: Path | str, budget: float, include_provisional: bool = False, p
         paired = {g.run for g in found if g.metric in findings.EFFECTS}
         steps = []
         for f in waiting:
-            synthetic = tree.resolved_config(f.run)["world"]["name"] == "synthetic"
-            step = next_step(root, tree, cplan, plan, f, results[f.id], paired, synthetic)
+            evals_only = not worlds()[tree.resolved_config(f.run)["world"]["name"]].one_split
+            step = next_step(root, tree, cplan, plan, f, results[f.id], paired, evals_only)
             if step is not None and (f.id, step.k, step.draws) not in tried:
                 steps.append(step)
         if not steps:

@@ -13,6 +13,7 @@ from ..episodes import episode_problem
 from ..model.backend import backends
 from ..rewards import rewards
 from ..stages import uses_key
+from ..world import worlds
 from ..world.questions import config_problem
 from .schema import ROLE_MODELS, domain_key, domains, model_class
 
@@ -58,7 +59,8 @@ def questions_file_problem(cfg: dict, root: Optional[Path]) -> Optional[str]:
     """world=jsonl: the file must exist, be valid and hold the questions the splits ask for (a
     relative path is read from the project ``root``, as the stages read it)."""
     w = cfg["world"]
-    if w["name"] != "jsonl":
+    known = worlds().get(w["name"])
+    if known is None or not known.reads_file:
         return None
     if not w.get("questions_file"):
         return "world=jsonl needs a questions file (world.questions_file)"

@@ -28,6 +28,7 @@ from ..episodes.synthetic import MODES
 from ..model.backend import backend_sections, backends
 from ..rewards import reward_settings, rewards
 from ..stages import kind_names, kinds
+from ..world import worlds
 from . import sections as core
 
 STEPS = ("s1", "s2")   # the model stages a run may have, stages.s1 and stages.s2
@@ -200,4 +201,5 @@ def choices() -> dict[str, tuple[Any, ...]]:
             "stages.*.reward": (None, *rewards()),
             "model.backend": tuple(backends()),
             "stages.*.kind": kind_names("step"),
-            "eval.kind": kind_names("measure")}
+            "eval.kind": kind_names("measure"),
+            "world.name": tuple(worlds())}

@@ -37,6 +37,7 @@ from ..core.settings import (
     setting,
     through_inputs,
 )
+from ..world import worlds
 
 QUESTION_FIELDS = ("question", "background", "resolution_criteria", "opt")   # a question's template fields
 
@@ -44,18 +45,21 @@ QUESTION_FIELDS = ("question", "background", "resolution_criteria", "opt")   # a
 def _redrawn(value, sec, kind):
     """A held-out redraw: out of every id at 0 (the first draw, what every id was before it existed);
     else in the run's identity and the id of a kind that reads held-out questions (a measure), and
-    for world=jsonl of every kind that asks questions (its split draws train and held-out at once)."""
+    for a world with one split (world=jsonl: it draws train and held-out at once) of every kind that
+    asks questions."""
     if not value:
         return OMIT
     if kind is None or kind.place == "measure":
         return value
-    return value if kind.questions and sec.get("name") == "jsonl" else OMIT
+    known = worlds().get(sec.get("name"))
+    return value if kind.questions and known is not None and known.one_split else OMIT
 
 
 @dataclass
 class WorldConfig:
     """The question source: the embedded synthetic world, or a JSONL file for real models."""
-    name: str = setting("synthetic", OneOf(("synthetic", "jsonl")), in_id=asked("synthetic"))
+    name: str = setting("synthetic", InChoices(), "a registered world (martingale.world: synthetic, jsonl)",
+                        in_id=asked("synthetic"))
     seed: int = setting(0, SEED, "draws the clue likelihood table and the question splits")
     base_rate: float = setting(0.3, OPEN_UNIT, "P(y = 1)")
     n_clue_types: int = setting(40, Int(2), "distinct clues; each has a fixed log-likelihood ratio")

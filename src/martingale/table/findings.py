@@ -20,6 +20,7 @@ from ..stats.replicates import MIN_SEEDS, Combined, bh_q, combine, se_from_ci, s
 from ..stats.sequential import Boundary, futility
 from ..stats.verdicts import FDR, INCONCLUSIVE, NO_RESULT, NOT_REPRODUCED, PROVISIONAL, REPRODUCED, judge, judge_count
 from ..store.files import read_optional
+from ..world import worlds
 from . import fmt, looks
 from .finding_reads import Result, _final, _measure, _number, _samples, _valid_cov, trained_kinds
 from .finding_spec import COUNTS, EFFECTS, FINDINGS, Finding, load
@@ -154,7 +155,7 @@ def evaluate(root: Path | str, rows: list[dict]) -> tuple[Optional[list[Finding]
             continue
         look = looks.current_look(tree, f.run, plan, lambda r: r in by_id and by_id[r]["state"] == "done")
         reads = [reading(r, f) for r in look.runs]
-        redraws = tree.resolved_config(f.run)["world"]["name"] == "synthetic"
+        redraws = not worlds()[tree.resolved_config(f.run)["world"]["name"]].one_split
         results[f.id] = result(f, *reads[0], more=tuple(reads[1:]), boundary=plan.bound(), look=look,
                                max_seeds=plan.max_seeds, max_scale=plan.draws if redraws else 1.0)
     decide(findings or [], results)

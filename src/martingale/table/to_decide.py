@@ -11,6 +11,7 @@ from typing import Optional
 from ..plan import Plan, cost
 from ..stats import crossed
 from ..stats.replicates import Combined
+from ..world import worlds
 from . import findings, fmt
 from .findings import Finding, Result
 from .rows import TableError
@@ -69,8 +70,8 @@ def routes(plan: Plan, root: Path | str, f: Finding, r: Result) -> Optional[Rout
                    r.needed, None if r.needed is None else max(0, r.needed - c.k) * per_seed)
     if c.n_questions is None:
         return replace(seeds, no_questions="no records: the question count is unknown")
-    if not all(plan.resolved_config(run)["world"]["name"] == "synthetic" for run in runs):
-        return replace(seeds, no_questions="the questions are a file's (world=jsonl): its split fixes them")
+    if any(worlds()[plan.resolved_config(run)["world"]["name"]].one_split for run in runs):
+        return replace(seeds, no_questions="the questions are a file's (world=jsonl): a redraw retrains")
     redraw = cost.redraw_hours(plan, runs, root)
     gain = _per_hour(now - crossed.half_width(*parts, c.k, c.n_questions, c.level, scale=2.0), redraw)
     n = r.questions_needed

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from . import world
 from .questions import ForecastQuestion, QuestionsError, load_questions, marked_splits, splits
 from .synthetic import Question, SyntheticWorld
 
@@ -49,6 +50,7 @@ def exported_rows(world: SyntheticWorld) -> list[dict[str, Any]]:
     return rows
 
 
+@world("jsonl", reads_file=True, one_split=True)
 class JsonlWorld(SyntheticWorld):
     """The synthetic world's clue table, with the questions of ``world.questions_file``."""
 

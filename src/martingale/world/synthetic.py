@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from . import world
+
 
 def expit(x):
     """scipy.special.expit, imported on first use: the plan imports this module at parse time."""
@@ -48,6 +50,7 @@ class Question:
         return replace(self, qid=qid, y=1 - self.y, negated=not self.negated, crowd=crowd)
 
 
+@world("synthetic")
 class SyntheticWorld:
     """Clue likelihood table + seeded question splits + the exact Bayes oracle."""
 

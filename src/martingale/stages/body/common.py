@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from ...core.errors import StageError
-from ...world.jsonl import JsonlWorld
+from ...world import open_world
 from ...world.questions import QuestionsError
 from ...world.synthetic import SyntheticWorld
 from .. import SliceSection
@@ -27,18 +27,15 @@ def seed_everything(seed: int) -> None:
 
 
 def make_world(world_cfg: SliceSection) -> SyntheticWorld:
-    """The world a stage reads: the synthetic one, or its clue table with a questions file's
-    questions (world=jsonl; world/jsonl.py). A stage whose slice has no ``name`` (one that never
-    asks a question: pretrain, distill) gets the clue table alone."""
-    name = world_cfg.get("name", "synthetic")
-    if name == "jsonl":
-        try:
-            return JsonlWorld(world_cfg)
-        except QuestionsError as e:
-            raise StageError(str(e).splitlines()[0]) from None
-    if name != "synthetic":
-        raise StageError(f"world={name!r}: no such world (synthetic, jsonl)")
-    return SyntheticWorld(world_cfg)
+    """The world a stage reads, by ``world.name`` (world/__init__.py's registry: the synthetic one, or
+    its clue table with a questions file's questions, world/jsonl.py). A stage whose slice has no
+    ``name`` (one that never asks a question: pretrain, distill) gets the clue table alone."""
+    try:
+        return open_world(world_cfg)
+    except QuestionsError as e:
+        raise StageError(str(e).splitlines()[0]) from None
+    except KeyError as e:
+        raise StageError(str(e.args[0])) from None
 
 
 def encode_pairs(tokenizer, pairs: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
