@@ -70,4 +70,10 @@ def main(root: Path = typer.Option(Path("."), "--root", help="Project folder (ho
     STATE.root = root
 
 
-from . import questions, results, runs, store  # noqa: E402,F401  (each registers its commands on app)
+# Each module registers its commands on app, in the order `martingale --help` lists them.
+# isort: off
+from . import runs  # noqa: E402,F401
+from . import results  # noqa: E402,F401
+from . import store  # noqa: E402,F401
+from . import questions  # noqa: E402,F401
+# isort: on
