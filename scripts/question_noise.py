@@ -98,6 +98,8 @@ def question_noise(root: Path, f: findings.Finding, r: findings.Result, resample
         means.append(np.mean(values))
     means = np.asarray(means)
     means = means[np.isfinite(means)]
+    if len(means) < 0.99 * resamples:       # the metric is not one the records recompute (an episode's instructor_ms)
+        return None
     lo, hi = np.percentile(means, [2.5, 97.5])
     return float(hi - lo) / 2
 
@@ -134,6 +136,9 @@ def main(argv: list[str]) -> int:
             continue
         noise = question_noise(root, f, r, args.resamples)
         half = printed[f.id] if printed is not None else (c.ci[1] - c.ci[0]) / 2
+        if noise is None:
+            print(f"{f.id:40s} {c.k:2d} {half:10.4f}     (no per-question records of {f.metric})")
+            continue
         ratio = half / noise if noise else float("inf")
         flag = "  UNDER" if ratio < 1 - TOLERANCE else ""
         under += bool(flag)

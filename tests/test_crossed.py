@@ -13,6 +13,7 @@ from martingale.stats.crossed import (
     half_width,
     interval,
     joint_cov,
+    mean_tails,
     questions_to_decide,
     resample_weights,
     seeds_to_decide,
@@ -139,3 +140,17 @@ def test_joint_resampling_gives_a_shared_question_its_covariance():
     cov = joint_cov(lambda w: np.stack([weighted_mean(w, v), weighted_mean(w, v)], axis=1),
                     resample_weights(500, 400, rng))
     assert cov[0, 1] == pytest.approx(cov[0, 0]) and cov[0, 0] == pytest.approx(1 / 500, rel=0.2)
+
+
+def test_a_skewed_resampled_mean_widens_the_questions_part_beyond_its_variance():
+    """A slope on few questions may resample skewed, one tail longer than a normal's: the interval
+    holds the percentile interval of the seeds' mean, not only 1.96 of its standard deviation."""
+    rng = np.random.default_rng(3)
+    skewed = np.exp(rng.normal(0, 0.8, 4000))
+    draws = np.stack([(skewed - skewed.mean()) * 0.01] * 3, axis=1)       # wholly shared, skewed
+    tails = mean_tails(draws)
+    cov = np.cov(draws, rowvar=False)
+    plain, held = interval([0.0] * 3, cov, 200), interval([0.0] * 3, cov, 200, tails=tails)
+    lo, hi = np.quantile(draws.mean(axis=1), [0.025, 0.975])
+    assert held.ci[0] <= lo and hi <= held.ci[1]
+    assert held.ci[1] - held.ci[0] > plain.ci[1] - plain.ci[0]

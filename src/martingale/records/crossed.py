@@ -11,7 +11,7 @@ import numpy as np
 
 from ..metrics import StageColumns
 from ..metrics import resampled as stat
-from ..stats.crossed import QUESTION_STREAM, joint_cov, resample_weights
+from ..stats.crossed import QUESTION_STREAM, joint_draws, mean_tails, resample_weights
 
 
 def _question_ids(*row_lists: list[dict[str, Any]]) -> list[str]:
@@ -38,8 +38,12 @@ def _aligned(row_lists: list[list[dict[str, Any]]]) -> tuple[int, list[StageColu
     return len(qids), [_columns(rows, qids, labels) for rows in row_lists]
 
 
-def _block(cov: Optional[np.ndarray], n: int) -> Optional[dict[str, Any]]:
-    return None if cov is None else {"cov": [[float(v) for v in row] for row in cov], "n_questions": n}
+def _block(draws: Optional[np.ndarray], n: int) -> Optional[dict[str, Any]]:
+    """The seeds' question covariance, the quantiles of their mean and the question count."""
+    if draws is None:
+        return None
+    cov = np.atleast_2d(np.cov(draws, rowvar=False, ddof=1))
+    return {"cov": [[float(v) for v in row] for row in cov], "n_questions": n, "mean_tails": mean_tails(draws)}
 
 
 def _finite(values: list[Any]) -> bool:
@@ -53,7 +57,7 @@ def _rng(seeds: list[int]) -> np.random.Generator:
 
 def stage_crossed(rows: dict[int, list[dict[str, Any]]], metrics: dict[int, dict[str, Any]],
                   n_resamples: int) -> dict[str, dict[str, Any]]:
-    """{metric: {cov, n_questions}} for each metric of ``metrics.resampled.STAGE`` that every seed
+    """{metric: {cov, n_questions, mean_tails}} for each metric of ``metrics.resampled.STAGE`` that every seed
     of the stage has: the k × k covariance of the seeds' values under the questions resampled jointly
     (seeds in sorted order). Empty for one seed."""
     seeds = sorted(rows)
@@ -64,7 +68,7 @@ def stage_crossed(rows: dict[int, list[dict[str, Any]]], metrics: dict[int, dict
     out = {}
     for key, fn in stat.STAGE.items():
         if _finite([metrics[s].get(key) for s in seeds]):
-            block = _block(joint_cov(_each(fn, cols), weights), n)
+            block = _block(joint_draws(_each(fn, cols), weights), n)
             if block is not None:
                 out[key] = block
     return out
@@ -72,7 +76,7 @@ def stage_crossed(rows: dict[int, list[dict[str, Any]]], metrics: dict[int, dict
 
 def effect_crossed(child: list[list[dict[str, Any]]], parent: list[list[dict[str, Any]]],
                    deltas: dict[str, list[Any]], seeds: list[int], n_resamples: int) -> dict[str, dict[str, Any]]:
-    """{part: {cov, n_questions}} for each part of the paired effect (``brier``, ``ms``) whose every
+    """{part: {cov, n_questions, mean_tails}} for each part of the paired effect (``brier``, ``ms``) whose every
     seed has a delta: child seed i against its parent's records ``parent[i]`` (the same seed, or the
     parent's replicate), the questions resampled jointly for every seed, child and parent alike."""
     k = len(child)
@@ -84,7 +88,7 @@ def effect_crossed(child: list[list[dict[str, Any]]], parent: list[list[dict[str
     out = {}
     for part, fn in stat.EFFECT.items():
         if _finite(deltas.get(part, [])):
-            block = _block(joint_cov(_each(lambda pair, w, fn=fn: fn(*pair, w), pairs), weights), n)
+            block = _block(joint_draws(_each(lambda pair, w, fn=fn: fn(*pair, w), pairs), weights), n)
             if block is not None:
                 out[part] = block
     return out

@@ -72,16 +72,44 @@ def resample_weights(n: int, n_resamples: int, rng: np.random.Generator) -> np.n
     return np.bincount(idx.ravel(), minlength=n_resamples * n).reshape(n_resamples, n).astype(float)
 
 
-def joint_cov(statistic: Callable[[np.ndarray], np.ndarray], weights: np.ndarray) -> Optional[np.ndarray]:
-    """The k × k covariance of the seeds' estimates under questions resampled jointly across seeds
-    (``weights``: ``resample_weights``): ``statistic(weights)`` gives B × k, each seed's statistic
-    under each resample. None when the statistic is undefined (NaN) in more than 1% of the
-    resamples; those that are are dropped."""
+TAILS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.0125, 0.025, 0.05)   # the seeds' mean's resampled quantiles kept
+
+
+def joint_draws(statistic: Callable[[np.ndarray], np.ndarray], weights: np.ndarray) -> Optional[np.ndarray]:
+    """B × k: each seed's statistic under each of the questions' joint resamples (``weights``:
+    ``resample_weights``). None when it is undefined (NaN) in more than 1% of the resamples; those
+    that are are dropped."""
     draws = np.asarray(statistic(weights), dtype=float)
     ok = np.isfinite(draws).all(axis=1)
     if ok.sum() < 0.99 * len(draws) or ok.sum() < 3:
         return None
-    return np.atleast_2d(np.cov(draws[ok], rowvar=False, ddof=1))
+    return draws[ok]
+
+
+def joint_cov(statistic: Callable[[np.ndarray], np.ndarray], weights: np.ndarray) -> Optional[np.ndarray]:
+    """The k × k covariance of the seeds' estimates under questions resampled jointly across seeds."""
+    draws = joint_draws(statistic, weights)
+    return None if draws is None else np.atleast_2d(np.cov(draws, rowvar=False, ddof=1))
+
+
+def mean_tails(draws: np.ndarray) -> list[list[float]]:
+    """[[p, q_p, q_{1−p}] for p in TAILS]: the quantiles of the seeds' mean under the joint
+    resamples, the percentile interval of what the questions alone allow at every level 1 − 2p."""
+    means = draws.mean(axis=1)
+    return [[p, float(np.quantile(means, p)), float(np.quantile(means, 1 - p))] for p in TAILS]
+
+
+def percentile_se(tails: Optional[Sequence[Sequence[float]]], mu: float, level: float) -> float:
+    """The se a symmetric interval at ``level`` needs to hold the percentile interval of the seeds'
+    mean (``mean_tails``, interpolated at (1 − level)/2): max(hi − θ̂, θ̂ − lo) / z; 0 without tails."""
+    if not tails:
+        return 0.0
+    p = (1 - level) / 2
+    rows = sorted((float(a), float(b), float(c)) for a, b, c in tails)
+    ps = [r[0] for r in rows]
+    p = min(max(p, ps[0]), ps[-1])
+    lo, hi = float(np.interp(p, ps, [r[1] for r in rows])), float(np.interp(p, ps, [r[2] for r in rows]))
+    return max(hi - mu, mu - lo, 0.0) / _quantile(1 - p, None)
 
 
 def shared_bound(ses: Sequence[float]) -> np.ndarray:
@@ -116,15 +144,17 @@ def half_width(var_seed: float, var_shared: float, var_residual: float, k: int,
 
 
 def _se_df(var_seed: float, var_shared: float, var_residual: float, k: int,
-           n_questions: Optional[int], level: float = 0.95) -> tuple[float, Optional[float]]:
+           n_questions: Optional[int], level: float = 0.95, questions_se: float = 0.0) -> tuple[float, Optional[float]]:
     """(se, df) of the widest of three intervals: both noises, s²/k + σ²_shared (s²/k = (σ²_seed +
     σ²_residual)/k on k − 1 df, σ²_shared on n − 1: Welch–Satterthwaite); the seeds' spread alone,
     s²/k on k − 1 (Hartung–Knapp's with equal weights); the questions' noise alone, σ²_shared +
     σ²_residual/k on n − 1 (None: normal). The Satterthwaite df, computed from estimated parts,
     runs high where the seeds happen to agree, and the estimated seed variance is floored at 0: the
-    other two keep the interval from being narrower than either noise alone allows."""
+    other two keep the interval from being narrower than either noise alone allows. The questions'
+    part is at least ``questions_se``, what the percentile interval of the seeds' resampled mean
+    needs (its tails may be longer than a normal's: a slope on 200 questions)."""
     q_df = None if n_questions is None else n_questions - 1
-    options = [(math.sqrt(max(var_shared + var_residual / k, 0.0)), q_df)]
+    options = [(max(math.sqrt(max(var_shared + var_residual / k, 0.0)), questions_se), q_df)]
     if var_seed > 0:
         seeds_part = (var_seed + var_residual) / k
         both = seeds_part + max(var_shared, 0.0)
@@ -135,17 +165,18 @@ def _se_df(var_seed: float, var_shared: float, var_residual: float, k: int,
 
 
 def interval(estimates: Sequence[float], cov: np.ndarray, n_questions: Optional[int],
-             level: float = 0.95) -> Combined:
+             level: float = 0.95, tails: Optional[Sequence[Sequence[float]]] = None) -> Combined:
     """The crossed estimate of θ from k ≥ 2 seeds' ``estimates`` and their question covariance
     ``cov`` (``joint_cov``, or ``shared_bound`` without records): θ̂ the seeds' mean, the CI
-    θ̂ ± t_df √(s²/k + σ²_shared) floored at the question noise of θ̂ (module docstring)."""
+    θ̂ ± t_df √(s²/k + σ²_shared) floored at the question noise of θ̂ (module docstring), and at
+    the percentile interval of the seeds' resampled mean where its ``tails`` are given."""
     y = [float(v) for v in estimates]
     k = len(y)
     if k < 2 or np.shape(cov) != (k, k):
         raise ValueError(f"crossed interval: {k} estimates and a {np.shape(cov)} covariance (needs k ≥ 2, k × k)")
     var_seed, var_shared, var_residual = components(y, cov)
-    se, df = _se_df(var_seed, var_shared, var_residual, k, n_questions, level)
     mu = sum(y) / k
+    se, df = _se_df(var_seed, var_shared, var_residual, k, n_questions, level, percentile_se(tails, mu, level))
     t = _quantile((1 + level) / 2, df)
     return Combined(mu, (mu - t * se, mu + t * se), se, df, math.sqrt(var_seed), k, level,
                     var_seed=var_seed, var_shared=var_shared, var_residual=var_residual, n_questions=n_questions)
@@ -185,6 +216,6 @@ def questions_to_decide(c: Combined, target: float) -> Optional[int]:
     return max(2, math.ceil(hi * c.n_questions))
 
 
-__all__ = ["QUESTION_STREAM", "components", "half_width", "interval", "joint_cov", "questions_to_decide",
+__all__ = ["QUESTION_STREAM", "TAILS", "components", "joint_draws", "mean_tails", "percentile_se", "half_width", "interval", "joint_cov", "questions_to_decide",
            "resample_weights", "seeds_to_decide", "shared_bound", "weighted_mean", "weighted_moments",
            "weighted_slope"]

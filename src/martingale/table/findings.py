@@ -37,8 +37,16 @@ def combined(values: list[float], ses: list[float], question_cov: Optional[dict]
     cov = (question_cov or {}).get("cov")
     if _valid_cov(cov, len(values)):
         n = question_cov.get("n_questions")
-        return crossed.interval(values, cov, int(n) if _number(n) is not None else None, level)
+        return crossed.interval(values, cov, int(n) if _number(n) is not None else None, level,
+                                _tails(question_cov.get("mean_tails")))
     return crossed.interval(values, crossed.shared_bound(ses), None, level)
+
+
+def _tails(tails: Any) -> Optional[list]:
+    """eval.json's ``mean_tails`` where each row is [p, lo, hi] of numbers, else None."""
+    ok = isinstance(tails, list) and tails and all(
+        isinstance(r, list) and len(r) == 3 and all(_number(v) is not None for v in r) for r in tails)
+    return tails if ok else None
 
 
 def _pooled(parts: list[Result], level: float) -> tuple[Combined, tuple]:
