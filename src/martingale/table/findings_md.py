@@ -36,9 +36,9 @@ not the training, so:
   resampled jointly across seeds (its off-diagonal: the noise they share, σ²_shared; the rest of
   its diagonal: each seed's own, σ²_residual); σ²_seed, the training's, from the seeds' spread
   beyond that. The CI is the widest of three t intervals: both noises (Welch–Satterthwaite df), the
-  seeds' spread alone (k − 1 df), the questions' noise of the seeds' mean alone — never narrower
-  than either noise allows. A metric without per-question records is bounded as if its seeds shared
-  all their question error;
+  seeds' spread alone (k − 1 df), the questions' noise of the seeds' mean alone (at least its
+  resampled percentile interval) — never narrower than either noise allows. A metric without
+  per-question records is bounded as if its seeds shared all their question error;
 - a trained finding with fewer than 3 seeds is **provisional (k seeds)**, never decided;
 - an untrained finding with one seed is decided on its question-bootstrap CI, as one measurement.
 
