@@ -51,12 +51,16 @@ def _finite(values: list[Any]) -> bool:
     return bool(values) and all(isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) for v in values)
 
 
+RESAMPLES_PER_BOOTSTRAP = 4   # joint resamples per eval.n_bootstrap: the tails of the seeds' mean need more
+                              # than one CI's ends (4,000 at the default: their 95% ends to ~1.5%)
+
+
 def _rng(seeds: list[int]) -> np.random.Generator:
     return np.random.default_rng([QUESTION_STREAM, *seeds])
 
 
 def stage_crossed(rows: dict[int, list[dict[str, Any]]], metrics: dict[int, dict[str, Any]],
-                  n_resamples: int) -> dict[str, dict[str, Any]]:
+                  n_bootstrap: int) -> dict[str, dict[str, Any]]:
     """{metric: {cov, n_questions, mean_tails}} for each metric of ``metrics.resampled.STAGE`` that every seed
     of the stage has: the k × k covariance of the seeds' values under the questions resampled jointly
     (seeds in sorted order). Empty for one seed."""
@@ -64,7 +68,7 @@ def stage_crossed(rows: dict[int, list[dict[str, Any]]], metrics: dict[int, dict
     if len(seeds) < 2:
         return {}
     n, cols = _aligned([rows[s] for s in seeds])
-    weights = resample_weights(n, n_resamples, _rng(seeds))
+    weights = resample_weights(n, RESAMPLES_PER_BOOTSTRAP * n_bootstrap, _rng(seeds))
     out = {}
     for key, fn in stat.STAGE.items():
         if _finite([metrics[s].get(key) for s in seeds]):
@@ -75,7 +79,7 @@ def stage_crossed(rows: dict[int, list[dict[str, Any]]], metrics: dict[int, dict
 
 
 def effect_crossed(child: list[list[dict[str, Any]]], parent: list[list[dict[str, Any]]],
-                   deltas: dict[str, list[Any]], seeds: list[int], n_resamples: int) -> dict[str, dict[str, Any]]:
+                   deltas: dict[str, list[Any]], seeds: list[int], n_bootstrap: int) -> dict[str, dict[str, Any]]:
     """{part: {cov, n_questions, mean_tails}} for each part of the paired effect (``brier``, ``ms``) whose every
     seed has a delta: child seed i against its parent's records ``parent[i]`` (the same seed, or the
     parent's replicate), the questions resampled jointly for every seed, child and parent alike."""
@@ -83,7 +87,7 @@ def effect_crossed(child: list[list[dict[str, Any]]], parent: list[list[dict[str
     if k < 2:
         return {}
     n, cols = _aligned(child + parent)
-    weights = resample_weights(n, n_resamples, _rng(seeds))
+    weights = resample_weights(n, RESAMPLES_PER_BOOTSTRAP * n_bootstrap, _rng(seeds))
     pairs = list(zip(cols[:k], cols[k:]))
     out = {}
     for part, fn in stat.EFFECT.items():
