@@ -1,7 +1,7 @@
 """The question noise of each finding's seed-averaged estimate, from the records, against the CI
 FINDINGS.md prints. The held-out questions are resampled jointly across seeds (the same resampled
 questions for every seed, and for a paired effect for child and parent), each seed's metric is
-recomputed by the metric's own function (metrics.STAGE_METRICS and the declared ones), and the
+recomputed by the metric's own function (the registered stage metrics), and the
 seeds are averaged: the 95% percentile half-width of that average is what the questions alone
 allow. A finding's printed CI must be no narrower.
 
@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from martingale.metrics import STAGE_METRICS, StageColumns, declared_metrics
+from martingale.metrics import StageColumns, declared_metrics
 from martingale.records.crossed import _aligned
 from martingale.store import files
 from martingale.table import build_table, findings
@@ -37,7 +37,7 @@ ARRAYS = [f.name for f in fields(StageColumns) if f.name not in ("n_bootstrap", 
 
 def metric_value(s: StageColumns, key: str) -> float:
     """The stage metric ``key`` of the columns, by its own function (NaN where it is undefined)."""
-    for metric in STAGE_METRICS + tuple(d.metric for d in declared_metrics().values()):
+    for metric in (d.metric for d in declared_metrics().values()):
         if key in metric.keys and metric.applies(s):
             try:
                 value = metric.compute(s)

@@ -75,7 +75,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_package_has_no_import_cycle():
     mods = _modules()
     graph = {m: _imports(m, mods) for m in mods}
-    assert graph["martingale.metrics"] >= {"martingale.stats", "martingale.stats.deattenuation"}   # the walk sees edges
+    assert graph["martingale.metrics.martingale"] >= {"martingale.stats", "martingale.stats.deattenuation"}   # the walk sees edges
     assert _cycle(graph) is None, " → ".join(_cycle(graph))
 
 
