@@ -1,28 +1,15 @@
-"""The plan: runs → chains of content-addressed stages (planner.py), what a build would cost
+"""The plan: runs → chains of content-addressed stages (planner.py), what of a config each stage's
+id hashes (identity.py), what it asks the scheduler for (resources.py), what a build would cost
 (cost.py) and what a run needs from the machine (needs.py). The planner's names are this package's.
 """
 from __future__ import annotations
 
-from .planner import (  # noqa: F401
+from .identity import (  # noqa: F401
     NOT_RUN_IDENTITY,
-    PLAN_CACHE,
-    PLANS_KEPT,
-    RESOURCE_KEYS,
-    Plan,
-    RunStage,
-    Stage,
     _backend_sections,
     _model_slice,
-    _one_kind,
-    _resources,
     backend_sections,
-    compute_threads,
-    conf_hash,
     config_hash,
-    current_index,
-    kind_cpus,
-    plan_cache_path,
-    plan_key,
     reader_section,
     run_identity,
     run_seeds,
@@ -34,3 +21,16 @@ from .planner import (  # noqa: F401
     step_config,
     unused_sections,
 )
+from .planner import (  # noqa: F401
+    PLAN_CACHE,
+    PLANS_KEPT,
+    Plan,
+    RunStage,
+    Stage,
+    _one_kind,
+    conf_hash,
+    current_index,
+    plan_cache_path,
+    plan_key,
+)
+from .resources import RESOURCE_KEYS, _resources, compute_threads, kind_cpus  # noqa: F401

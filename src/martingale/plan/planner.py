@@ -1,9 +1,8 @@
 """The run plan: every run (and seed) as a chain of content-addressed stages.
 
-A stage's id is ``<kind>-<12 hex>``, the sha256 of the canonical JSON of its kind, the config slice
-that affects it and its upstream ids (a Merkle chain). Two runs with a common prefix therefore share
-the ids of that prefix, and Snakemake builds each distinct stage once in
-``results/_store/<kind>/<id>/``.
+A stage's id hashes what of the run's config it reads (identity.py), so two runs with a common
+prefix share the ids of that prefix, and Snakemake builds each distinct stage once in
+``results/_store/<kind>/<id>/``. What each stage asks the scheduler for is resources.py's.
 
 The kinds and where they go come from the stage-kind registry (``martingale.stages``): a source
 makes the start model (pretrain, or local weights), a start kind may turn it into D (distill), each
@@ -11,9 +10,6 @@ step s1, s2 … with a reward trains from the model before it (``stages.<name>.k
 (``eval.kind``) reads every model stage for each seed. The judge (``elicit.judge_model``) is the
 natural model — the source stage, one judge fixed across a campaign — or the run's start model; a
 two-agent episode's human is always the start model.
-What of a setting enters a stage's id, and a run's identity, is declared at the setting
-(``settings.setting(in_id=...)``: one rule, settings.identity): ``model.resources`` (scheduling only)
-is not hashed, so asking for more memory does not invalidate a model. ``wandb`` is in no slice.
 """
 from __future__ import annotations
 
@@ -21,20 +17,17 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
 
-from ..config import sections as core
 from ..config.checks import QUESTIONS_CHECKED
 from ..config.digest import code_and_versions, conf_files, env_digest, tree_digest
 from ..config.runs import RunTree
-from ..config.schema import declared_sections
-from ..core.settings import identity
-from ..rewards import reward_settings, rewards
-from ..stages import StageKind, kinds, uses_key
+from ..stages import StageKind, kinds
 from ..store import STORE, read_index, stage_dir
 from ..store.files import canonical_json, read_pickle, write_pickle, write_text_if_changed
-from ..training import ranks_of
+from .identity import run_identity, run_seeds, sha256_json, stage_id, stage_slice
 from .needs import Need, stage_needs, unmet
+from .resources import RESOURCE_KEYS, _resources
 
 
 @dataclass(frozen=True)
@@ -55,121 +48,6 @@ class RunStage(NamedTuple):
     eval_stage: str     # id of its eval stage
 
 
-def sha256_json(obj: Any) -> str:
-    """sha256 hex of an object's compact sorted-key JSON (the C encoder: thousands per second)."""
-    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=True)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
-
-
-def stage_id(kind: str, cfg: dict, inputs: dict[str, str]) -> str:
-    """``<kind>-<first 12 hex of sha256>`` of the canonical (sorted-key, compact) JSON."""
-    return f"{kind}-{sha256_json({'kind': kind, 'slice': cfg, 'upstream': inputs})[:12]}"
-
-
-def backend_sections(model: dict) -> dict[str, bool]:
-    """Each backend's section under ``model`` (its key) → whether this model uses it: its backend is
-    the one that declared it, or the section was in every generating stage's id before backends
-    declared sections (``in_every_run``: vllm's)."""
-    return {key: always or model.get("backend") == name for key, name, always in _backend_sections()}
-
-
-def _backend_sections() -> tuple[tuple[str, str, bool], ...]:
-    """(key, backend, in_every_run) of each backend's section."""
-    return tuple((d.section.key, d.name, d.section.in_every_run) for d in declared_sections() if d.by == "backend")
-
-
-def section_class(key: str) -> Optional[type]:
-    """The dataclass of a top-level section (a core one, or the one an extension declares): whose
-    settings declare what of them enters an id (settings.identity)."""
-    return CORE_SECTIONS.get(key) or next((d.section.schema for d in declared_sections() if d.path == key), None)
-
-
-CORE_SECTIONS: dict[str, type] = {"world": core.WorldConfig, "model": core.ModelConfig, "elicit": core.ElicitConfig,
-                                  "eval": core.EvalConfig, "prompts": core.PromptsConfig}
-
-
-def _model_slice(model: dict, kind: Optional[StageKind]) -> dict:
-    """The model as its settings declare it enters an id (settings.identity: where and how it is served,
-    the batch sizes only where set), a backend's section only where the stage generates with that
-    backend (backend_sections), and a training kind's thread count."""
-    used = backend_sections(model)
-    out = {k: v for k, v in identity(core.ModelConfig, model, kind).items()
-           if used.get(k, True) and (k not in used or kind is None or kind.serves)}
-    threads = compute_threads(model, kind) if kind is not None else None
-    if threads is not None:
-        out["threads"] = threads
-    return out
-
-
-def compute_threads(model: dict, kind: StageKind) -> Optional[int]:
-    """The torch threads a training kind computes with on a CPU model (``resources.cpus``), part of
-    what it computes: its gradient's sums are split by thread. None: any count gives the same bytes
-    (a kind that only reads the model, measured for evaluate) or the model is on GPUs."""
-    r = model.get("resources") or {}
-    if not kind.trains or int(r.get("gpus") or 0) > 0:
-        return None
-    return kind_cpus(r, kind.name)
-
-
-def kind_cpus(resources: dict, kind: str) -> int:
-    """The CPUs a stage of this kind asks for: ``resources.cpus``, or ``pretrain_cpus`` for pretrain."""
-    if kind == "pretrain" and resources.get("pretrain_cpus"):
-        return int(resources["pretrain_cpus"])
-    return int(resources.get("cpus", 1))
-
-
-def step_config(stage: dict) -> dict:
-    """A step's own config (``stages.<s>``) without the keys other rewards bring (reward_settings):
-    a reward's new key is in a stage's id only where that stage's reward declares it."""
-    mine = rewards()[stage["reward"]].settings if stage.get("reward") in rewards() else {}
-    others = [k for k in reward_settings() if k not in mine]
-    return {k: v for k, v in stage.items() if k not in others}
-
-
-def section_identity(key: str, value: Any, kind: Optional[StageKind]) -> Any:
-    """A top-level section as a stage of ``kind`` (None: the run) hashes it."""
-    if key == "model":
-        return _model_slice(value, kind)
-    cls = section_class(key)
-    return identity(cls, value, kind) if cls is not None and isinstance(value, dict) else value
-
-
-# Core keys a stage sees only where they are used, so a run that does not keeps its ids whatever
-# they say: prompts.* where the prompt set is not the embedded model's own format. A reader's own
-# section is seen the same way (reader_section): where the run reads beliefs with that reader.
-USED_WHEN: dict[str, Callable[[dict], bool]] = {
-    "prompts": lambda cfg: cfg.get("prompts", {}).get("name", "embedded") != "embedded",
-}
-
-
-def reader_section(cfg: dict) -> Optional[str]:
-    """The key of the section of the reader the run reads beliefs with (``elicit.judge``), if it
-    declares one (the api reader's ``judge``: its address too, like a generating stage's serving
-    keys; a rebuild at a new address reads the same answers from the cache)."""
-    judge = (cfg.get("elicit") or {}).get("judge")
-    return next((d.path for d in declared_sections() if d.by == "reader" and d.name == judge), None)
-
-
-def stage_slice(kind: StageKind, cfg: dict, step: Optional[str] = None, seed: Optional[int] = None) -> dict:
-    """The config a stage of this kind sees (and its id hashes): the kind's keys, each section as its
-    settings declare they enter an id (section_identity; its own section is one of them), the
-    section of the reader it reads beliefs with (a kind that reads ``elicit``), the step's own
-    config as ``stage``, the seed for a per-seed kind."""
-    keys = [*kind.keys]
-    if "elicit" in kind.keys and reader_section(cfg) is not None:
-        keys.append(reader_section(cfg))
-    out = {key: section_identity(key, cfg[key], kind) for key in keys if key not in USED_WHEN or USED_WHEN[key](cfg)}
-    if step is not None:
-        out["stage"] = step_config(cfg["stages"][step])
-    if kind.per_seed:
-        out["seed"] = seed
-    return out
-
-
-def run_seeds(cfg: dict) -> list[int]:
-    """The seeds a run's chains are built on: ``seeds``, each plus ``seed_offset`` (a reseed)."""
-    return [int(s) + int(cfg.get("seed_offset") or 0) for s in cfg["seeds"]]
-
 
 def _one_kind(place: str, cfg: dict, name: Optional[str] = None) -> StageKind:
     """The kind for a place: the one named, else the one whose ``when`` holds for this run."""
@@ -179,43 +57,6 @@ def _one_kind(place: str, cfg: dict, name: Optional[str] = None) -> StageKind:
         raise ValueError(f"no single {place} stage kind for this run ({name or 'by when'}): "
                          f"{[k.name for k in candidates]}")
     return candidates[0]
-
-
-RESOURCE_KEYS = ("threads", "mem_mb", "runtime", "gpu", "gpu_model", "device", "nodes")   # what _resources may set
-
-
-def _resources(model: dict, kind: Optional[StageKind] = None) -> dict[str, Any]:
-    """What a stage on this model asks a scheduler for, as Snakemake resources: ``threads``,
-    ``mem_mb``, ``runtime`` (minutes) always; ``gpu`` (count) and ``gpu_model`` only when the model
-    needs GPUs (``gpus`` > 0), so a CPU stage carries no GPU resource at all. ``gpu``/``gpu_model``
-    are the names snakemake-executor-plugin-slurm turns into ``sbatch --gpus=<model>:<n>``.
-    ``device`` (model.device) is where the job puts its model: a string resource, so it reaches
-    the job (smk.run_stage) without being in the stage's id. A ranked kind on N ranks over M nodes
-    asks, on each node, for N/M times the CPUs and memory of one (``gpus`` is a node's, already),
-    and ``nodes`` where M > 1. A stage that takes no ranked steps on a vLLM-served model asks for
-    its server's GPUs (``vllm.tensor_parallel_size``) where that is fewer than the node's."""
-    r = model.get("resources") or {}
-    per_node = 1
-    nodes = 1
-    if kind is not None and kind.ranked:
-        ranks, _, nodes = ranks_of(model)
-        per_node = ranks // nodes
-    out: dict[str, Any] = {
-        "device": str(model.get("device", "auto")),
-        "threads": kind_cpus(r, kind.name if kind is not None else "") * per_node,
-        "mem_mb": int(r.get("mem_mb", 1000)) * per_node,
-        "runtime": int(r.get("runtime_min", 60)),
-    }
-    gpus = int(r.get("gpus") or 0)
-    if gpus > 0 and kind is not None and not kind.ranked and model.get("backend") == "vllm":
-        gpus = min(gpus, int((model.get("vllm") or {}).get("tensor_parallel_size") or gpus))
-    if gpus > 0:
-        out["gpu"] = gpus
-        if r.get("gpu_model"):
-            out["gpu_model"] = str(r["gpu_model"])
-    if nodes > 1:
-        out["nodes"] = nodes
-    return out
 
 
 class Plan:
@@ -466,38 +307,6 @@ class Plan:
         write_text_if_changed(path, canonical_json(index))
         return index
 
-
-NOT_RUN_IDENTITY = ("budget",)   # what a build may cost, not what a run is: never makes a run stale
-
-
-def unused_sections(cfg: dict) -> list[str]:
-    """The top-level sections extensions declare that this run does not use: a stage kind's where
-    no kind of its chain reads it, a reader's where the run reads with another (none of them a
-    section that was in every run's identity before extensions declared theirs)."""
-    judge = (cfg.get("elicit") or {}).get("judge")
-    out = []
-    for d in declared_sections():
-        if d.by == "backend" or d.section.in_every_run:
-            continue
-        used = uses_key(cfg, d.path) if d.by == "stage kind" else judge == d.name
-        if not used:
-            out.append(d.path)
-    return out
-
-
-def run_identity(cfg: dict) -> dict:
-    """A resolved config without the keys that say nothing about the run (NOT_RUN_IDENTITY), nor
-    what it does not use — the sections extensions declare (``simulate`` where it plays no episode,
-    ``instructor`` where it trains none: unused_sections; a backend's section off that backend), a
-    reward's key where the stage's reward is another — so a new key there leaves every other run
-    fresh; nor ``prompts.episode`` or a role's model where null (chat episodes' keys)."""
-    unused = unused_sections(cfg)
-    out = {k: section_identity(k, v, None) for k, v in cfg.items() if k not in (*NOT_RUN_IDENTITY, *unused)}
-    if "stages" in out:
-        out["stages"] = {name: step_config(st) for name, st in out["stages"].items()}
-    return out
-
-
 PLAN_CACHE = Path(".cache") / "plan"
 PLANS_KEPT = 4   # the newest cached plans kept: a conf/ edit and back plans nothing
 
@@ -515,11 +324,6 @@ def plan_key(root: Path) -> tuple[str, Path]:
 def plan_cache_path(root: Path) -> Path:
     """The cached plan's file for conf/, the environment and the code as they are now (plan_key)."""
     return plan_key(root)[1]
-
-
-def config_hash(cfg: dict) -> str:
-    """``sha256:<hex>`` of a resolved config's run identity (sha256_json): equal configs, equal hashes."""
-    return "sha256:" + sha256_json(run_identity(cfg))
 
 
 def conf_hash(conf_dir: Path | str) -> str:
