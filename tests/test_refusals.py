@@ -15,9 +15,10 @@ from omegaconf import OmegaConf
 from typer.testing import CliRunner
 
 from martingale.cli import app
-from martingale.config.compose import Composer, check_domains, flatten
+from martingale.config.compose import Composer
 from martingale.config.runs import RUN_ID_MAX, RUN_ID_PATTERN, run_id_problem
 from martingale.config.schema import Config, choices, domain_key, domains
+from martingale.config.values import check_domains, flatten
 from martingale.core.settings import InChoices
 
 from projcopy import FIXTURE, REPO, snapshot

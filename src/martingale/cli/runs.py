@@ -7,8 +7,8 @@ import typer
 import yaml
 from rich.table import Table
 
-from ..config.compose import flatten
 from ..config.runs import RunError, RunTree, display_path
+from ..config.values import flatten
 from ..store.files import redact, write_text
 from ..table import TableError, findings, load_claims
 from ..table.looks import load_plan

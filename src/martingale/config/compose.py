@@ -10,12 +10,12 @@ Two paths that give the same result:
   first, then key overrides in order). Types, unknown keys, ``choices()`` and every key's domain
   (``schema.domains()``) are still checked. A knob holds no interpolation: its value is a literal.
 
-Errors come out as :class:`ComposeError` with ``key`` (the offending key) and a one-line ``reason``.
+Errors come out as :class:`ComposeError` with ``key`` (the offending key) and a one-line ``reason``
+(overrides.py: a knob parsed, an error in one line; values.py: the values checked).
 """
 from __future__ import annotations
 
 import copy
-import fnmatch
 import hashlib
 import json
 import pickle
@@ -28,16 +28,16 @@ from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
 from ..core.registry import epoch
 from ..store.files import keep_newest, write_bytes
-from .checks import relation_problem
 from .digest import conf_digest, conf_files
-from .schema import ROLE_MODELS, choices, config_class, domain_key, domains
+from .overrides import ComposeError, _first_line, one_line, parse_override
+from .schema import choices, config_class
+from .values import check_values
 
 SCHEMA_NAME = "martingale_schema"
 _STORED = [-1]   # the registries' epoch the stored schema was built for
@@ -53,167 +53,6 @@ def store_schema() -> None:
 
 
 store_schema()
-
-
-class ComposeError(ValueError):
-    """A config that cannot be composed. ``key``: the key at fault; ``reason``: one line."""
-
-    def __init__(self, key: str, reason: str):
-        self.key = key
-        self.reason = reason
-        super().__init__(f"{key}: {reason}")
-
-
-def _first_line(text: str) -> str:
-    for line in str(text).splitlines():
-        if line.strip():
-            return line.strip()
-    return ""
-
-
-def one_line(exc: BaseException | str) -> str:
-    """One line saying what is wrong, from an (often multi-line, chained) Hydra/OmegaConf error.
-
-    Hydra wraps the useful OmegaConf message ("Value 'fast' ... could not be converted to Float",
-    "Key 'foo' not in 'StageConfig'") in a generic one ("Error merging override ..."): take the
-    innermost specific message, and say "unknown key" plainly.
-    """
-    if isinstance(exc, str):
-        return _first_line(exc) or "error"
-    chain: list[BaseException] = []
-    x: BaseException | None = exc
-    while x is not None and x not in chain:
-        chain.append(x)
-        x = x.__cause__ or x.__context__
-    lines = [_first_line(str(c)) for c in chain]
-    lines = [ln for ln in lines if ln and "$VALUE" not in ln]
-    if not lines:
-        return type(exc).__name__
-    top = lines[0]
-    detail = next((ln for ln in lines[1:] if ln != top), None)
-    if detail and ("not in '" in detail or "not in struct" in detail):
-        return f"unknown key ({detail})"
-    if detail and (top.startswith("Error merging override") or top.startswith("Could not override")):
-        return detail
-    return top
-
-
-# --------------------------------------------------------------------------- override parsing
-
-_PARSER: OverridesParser | None = None
-
-
-def _parser() -> OverridesParser:
-    global _PARSER
-    if _PARSER is None:
-        _PARSER = OverridesParser.create()
-    return _PARSER
-
-
-def parse_override(text: str) -> Override:
-    """Parse one Hydra override; reject sweeps, deletions and additions (a knob changes a key)."""
-    if not isinstance(text, str):
-        raise ComposeError("knob", f"not an override: expected key=value, got {text!r}")
-    key_guess = text.split("=", 1)[0].strip().lstrip("~+") or text
-    if "=" not in text:
-        what = "a knob sets an existing key (no ~ deletion)" if text.startswith("~") else "expected key=value"
-        raise ComposeError(key_guess, f"not an override: {what}")
-    if "${" in text:   # ${oc.env:SECRET} would put a secret into every file the run writes
-        raise ComposeError(key_guess, "interpolation '${…}' is not allowed: a knob value is a literal")
-    try:
-        ov = _parser().parse_override(text)
-    except Exception as e:  # hydra's OverrideParseException
-        raise ComposeError(key_guess, f"cannot parse override {text!r}: {one_line(e)}") from None
-    key = ov.key_or_group
-    if ov.is_sweep_override():
-        raise ComposeError(key, f"a sweep ({text!r}) is several overrides; a knob is exactly one")
-    if ov.is_delete() or ov.is_add() or ov.is_force_add():
-        raise ComposeError(key, f"{text!r}: a knob sets an existing key (no ~, + or ++)")
-    if ov.package:
-        raise ComposeError(key, f"{text!r}: package overrides (@) are not supported")
-    return ov
-
-
-# --------------------------------------------------------------------------- validation
-
-def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
-    """A nested mapping as dotted key → leaf value."""
-    out: dict[str, Any] = {}
-    if isinstance(d, dict):
-        for k, v in d.items():
-            key = f"{prefix}.{k}" if prefix else str(k)
-            if isinstance(v, dict):
-                out.update(flatten(v, key))
-            else:
-                out[key] = v
-    return out
-
-
-_MATCHES: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {}
-
-
-def _patterns_of(key: str, patterns: tuple[str, ...]) -> tuple[str, ...]:
-    """The choices() patterns that name ``key`` (``*`` matches one level); cached per key."""
-    found = _MATCHES.get((key, patterns))
-    if found is None:
-        found = tuple(p for p in patterns if key == p or (
-            "*" in p and fnmatch.fnmatchcase(key, p) and key.count(".") == p.count(".")))
-        _MATCHES[(key, patterns)] = found
-    return found
-
-
-def check_choices(resolved: dict, allowed: dict[str, tuple[Any, ...]] | None = None,
-                  flat: dict[str, Any] | None = None) -> None:
-    """Every key named in ``choices()`` (``*`` matches one level) must hold an allowed value.
-    ``allowed``/``flat``: choices() and flatten(resolved), when the caller already has them."""
-    allowed = choices() if allowed is None else allowed
-    flat = flatten(resolved) if flat is None else flat
-    patterns = tuple(allowed)
-    for key, value in flat.items():
-        for pattern in _patterns_of(key, patterns):
-            if value not in allowed[pattern]:
-                shown = ", ".join("null" if a is None else str(a) for a in allowed[pattern])
-                raise ComposeError(key, f"{value!r} is not one of: {shown}")
-
-
-_IN_DOMAIN: set[tuple[str, str, Any]] = set()   # (key, type, value) already found in its domain
-
-
-def check_domains(resolved: dict, flat: dict[str, Any] | None = None) -> None:
-    """Every leaf key holds a value of its domain (schema.domains(): ranges, enums, names, paths);
-    a leaf without a domain is an error too, so a key added to the schema cannot skip this.
-    A (key, value) found good once is not checked again: planning 1,000 runs stays cheap."""
-    known = domains()
-    for key, value in (flatten(resolved) if flat is None else flat).items():
-        memo = (epoch(), key, type(value).__name__, tuple(value) if isinstance(value, list) else value)
-        try:
-            if memo in _IN_DOMAIN:
-                continue
-        except TypeError:   # an unhashable value (a list of lists): check it every time
-            memo = None
-        domain = known.get(domain_key(key))
-        if domain is None:
-            role = next((r for r in ROLE_MODELS if key.startswith(r + ".")), None)
-            raise ComposeError(key, f"not a model key ({role} changes model.* keys)" if role
-                               else "no domain for this key (a field without a settings.setting)")
-        problem = domain.problem(value)
-        if problem:
-            raise ComposeError(key, problem)
-        if memo is not None:
-            _IN_DOMAIN.add(memo)
-
-
-def check_values(resolved: dict, allowed: dict[str, tuple[Any, ...]] | None = None,
-                 root: Path | None = None) -> None:
-    """The composed config's values: choices() first (``allowed``: its result, if at hand), then
-    every key's domain, then the rules across keys (config/checks.py; ``root``: the
-    project a relative file path is read from)."""
-    flat = flatten(resolved)
-    check_choices(resolved, allowed, flat)
-    check_domains(resolved, flat)
-    broken = relation_problem(resolved, root)
-    if broken:
-        raise ComposeError(*broken)
 
 
 def to_dict(cfg: DictConfig) -> dict:
