@@ -245,7 +245,7 @@ def test_api_roles_behind_a_keyed_vllm_server_are_cached_and_the_key_written_now
 
     from martingale.config.schema import ModelConfig
     from martingale.core.errors import StageError
-    from martingale.model.vllm import Server
+    from martingale.model.vllm_server import Server
     from martingale.stages.body import simulate
     server_side, project = tmp_path / "endpoint", tmp_path / "project"
     server_side.mkdir()

@@ -230,7 +230,7 @@ def test_servers_of_different_versions_are_all_recorded(tmp_path):
 
 
 def test_server_ready_records_its_version_through_the_vllm_backend(tmp_path):
-    from martingale.model.vllm import Server
+    from martingale.model.vllm_server import Server
     server = Server.__new__(Server)
     server.url, server.proc, server.log_path = "http://127.0.0.1:9", None, None
     server.http = SimpleNamespace(get=lambda url, timeout: SimpleNamespace(

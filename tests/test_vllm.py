@@ -265,7 +265,7 @@ def test_a_noop_adapter_fails_adapter_not_applied(served, tmp_path):
 
 @server_test
 def test_a_server_that_dies_fails_the_stage_with_its_log_tail(tmp_path, served):
-    from martingale.model.vllm import Server
+    from martingale.model.vllm_server import Server
     cfg = copy.deepcopy(model_cfg())
     cfg["vllm"]["extra_args"] = ["--no-such-flag"]
     with pytest.raises(StageError, match="vLLM server exited .*no-such-flag") as info:
@@ -275,7 +275,7 @@ def test_a_server_that_dies_fails_the_stage_with_its_log_tail(tmp_path, served):
 
 @server_test
 def test_a_missing_vllm_env_is_named(tmp_path, served):
-    from martingale.model.vllm import Server
+    from martingale.model.vllm_server import Server
     cfg = copy.deepcopy(model_cfg())
     cfg["vllm"]["python"] = str(tmp_path / "nowhere" / "python")
     with pytest.raises(StageError, match="^model.vllm.python: .* does not exist: `make vllm`"):
@@ -285,7 +285,7 @@ def test_a_missing_vllm_env_is_named(tmp_path, served):
 def test_a_dead_servers_message_quotes_its_first_error_line_above_the_shutdown_noise(tmp_path):
     """The cause of an engine's death sits far above its last lines (shutdown noise): the message
     quotes the first error line, then the tail."""
-    from martingale.model.vllm import LOG_TAIL, Server
+    from martingale.model.vllm_server import LOG_TAIL, Server
     log = tmp_path / "server.log"
     noise = [f"nanobind: leaked function {i}" for i in range(80)]
     log.write_text("\n".join(["INFO starting", "ERROR [gpu_model_runner.py] RuntimeError: CPU Generator does not use offset",
@@ -302,7 +302,7 @@ def test_the_server_does_not_inherit_the_jobs_thread_counts(monkeypatch):
     pins its worker to one of 2 cores, where 2 BLAS threads decoded 6.6x slower: the server's
     environment drops them and keeps the rest."""
     from martingale.core.threads import THREAD_VARS as JOB_THREAD_VARS
-    from martingale.model.vllm import server_env
+    from martingale.model.vllm_server import server_env
     for var in JOB_THREAD_VARS:
         monkeypatch.setenv(var, "2")
     monkeypatch.setenv("MARTINGALE_KEEP_ME", "1")
@@ -319,7 +319,7 @@ def test_the_server_gets_its_own_tmpdir_and_keeps_the_shared_compile_cache(monke
     import getpass
     import tempfile
 
-    from martingale.model.vllm import server_env
+    from martingale.model.vllm_server import server_env
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     env = server_env({"vllm": {"cpu_kv_cache_gib": 1}}, "/scratch")
@@ -340,7 +340,7 @@ def test_a_stopped_server_leaves_nothing_in_the_temp_folder(tmp_path, served, mo
     (49 sockets after one test suite): its TMPDIR is a folder of its own, removed by stop()."""
     import tempfile
 
-    from martingale.model.vllm import Server
+    from martingale.model.vllm_server import Server
     temp = Path(tempfile.mkdtemp(prefix="t"))   # short: a socket's path has at most 107 bytes
     try:
         monkeypatch.setattr(tempfile, "tempdir", str(temp))
@@ -363,7 +363,7 @@ def test_a_server_that_cannot_be_launched_leaves_no_temp_folder(tmp_path, monkey
     import tempfile
 
     import martingale.model.load  # noqa: F401  (start imports it; importing torch's compiler makes its cache folder in TMPDIR)
-    from martingale.model.vllm import Server, _scratch_dir
+    from martingale.model.vllm_server import Server, _scratch_dir
     temp = Path(tempfile.mkdtemp(prefix="t"))   # short: a longer one gets no TMPDIR of its own (_scratch_dir)
     try:
         monkeypatch.setattr(tempfile, "tempdir", str(temp))
@@ -386,7 +386,7 @@ def test_a_temp_folder_too_long_for_vllms_sockets_is_not_given_to_the_server(mon
     caller's TMPDIR (as before) instead of failing to start."""
     import tempfile
 
-    from martingale.model.vllm import _scratch_dir
+    from martingale.model.vllm_server import _scratch_dir
     short = Path(tempfile.mkdtemp(prefix="t"))
     try:
         (short / ("x" * 80)).mkdir()
@@ -406,9 +406,9 @@ def test_a_server_folder_left_by_a_killed_stage_is_removed_at_the_next_start(mon
     import sys
     import tempfile
 
-    from martingale.model.vllm import _scratch_dir
+    from martingale.model.vllm_server import _scratch_dir
     temp = Path(tempfile.mkdtemp(prefix="t"))
-    hold = ("import sys, tempfile, time; tempfile.tempdir = sys.argv[1]; from martingale.model.vllm import _scratch_dir; "
+    hold = ("import sys, tempfile, time; tempfile.tempdir = sys.argv[1]; from martingale.model.vllm_server import _scratch_dir; "
             "print(_scratch_dir().path, flush=True); time.sleep(60)")
     stages = [subprocess.Popen([sys.executable, "-c", hold, str(temp)], stdout=subprocess.PIPE, text=True)
               for _ in range(2)]
