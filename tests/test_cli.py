@@ -159,7 +159,7 @@ def test_figure_modes_draws_the_two_agent_runs_with_results_and_refuses_a_path_o
 
 
 def test_figure_modes_draws_a_several_seed_run(proj):
-    # several seeds: aggregate writes every metric as {mean, sd, per_seed} (records.aggregate.combine_seeds)
+    # several seeds: aggregate writes every metric as {mean, sd, per_seed} (stats.seeds.combine_seeds)
     stage = {"seeds": [41, 42], "mode": {"per_seed": ["syc", "syc"]},
              "ms": {"mean": 0.4, "sd": 0.1, "per_seed": [0.3, 0.5]}, "ms_ci": {"per_seed": [[0.1, 0.5], [0.3, 0.7]]},
              "p_by_turn": {"per_seed": [{"lean_yes": [0.65, 0.7]}, {"lean_no": [0.35, 0.3]}]}}

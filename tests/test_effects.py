@@ -187,9 +187,9 @@ def test_replicate_summary_counts_seeds_that_beat_the_parent():
 
 
 def test_a_seed_without_a_value_makes_the_spread_over_seeds_nan_in_effects_and_in_the_aggregate():
-    """One rule (stats.seed_spread): a mean over the seeds that happened to give a value would
+    """One rule (stats.seeds.seed_spread): a mean over the seeds that happened to give a value would
     pass for the run's; the seed's None stays in per_seed, the counts say how many were known."""
-    from martingale.records.aggregate import combine_seeds
+    from martingale.stats.seeds import combine_seeds
     per_seed = {41: {"brier": {"delta": -0.02}, "ms": {"delta": 0.01}},
                 42: {"brier": {"delta": float("nan")}, "ms": {"delta": 0.0}}}
     effect = replicate_summary(per_seed)["brier_delta"]

@@ -1,7 +1,8 @@
 """Aggregate a run: resolved config, lineage, eval.json (per stage, seeds as mean ± sd), records.
 
-Everything under results/<run-id>/ is written atomically; eval.json is written last, so its
-presence means the run's results are complete.
+Everything under results/<run-id>/ is written atomically; eval.json is checked against its
+schema (eval_schema.py) before anything is written and written last, so its presence means the
+run's results are complete.
 """
 from __future__ import annotations
 
@@ -10,33 +11,17 @@ from pathlib import Path
 from typing import Any
 
 from ..plan import config_hash
-from ..stats import seed_spread
 from ..stats.effects import EffectError, beat_counts, paired_effect, replicate_summary, undefined_effect
+from ..stats.seeds import combine_seeds, has_seed_blocks, seed_blocks, seed_values, with_seed_blocks
 from ..store import files
 from ..store import provenance as prov
 from .crossed import effect_crossed, stage_crossed
+from .eval_schema import check_eval
 from .plots import write_plots
 
 
 def _stage_order(name: str) -> tuple[int, str]:
     return (int(name[1:]) if name[1:].isdigit() else 10**6, name)
-
-
-def combine_seeds(per_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """One seed: its metrics. Several: every numeric metric as {mean, sd, per_seed} (stats.seed_spread:
-    NaN where a seed has none)."""
-    if len(per_seed) == 1:
-        return dict(next(iter(per_seed.values())))
-    seeds = sorted(per_seed)
-    keys = sorted(set().union(*(m.keys() for m in per_seed.values())))
-    out: dict[str, Any] = {"seeds": seeds}
-    for key in keys:
-        values = [per_seed[s].get(key) for s in seeds]
-        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            out[key] = seed_spread(values)
-        else:
-            out[key] = {"per_seed": values}
-    return out
 
 
 def stage_block(per_seed: dict[int, dict[str, Any]], records: dict, stage: str,
@@ -95,9 +80,9 @@ def compare(child: dict, parent: dict, child_ids: dict, parent_ids: dict, stage:
                              [parent[(parent_stage, per_seed[s]["parent_seed"])] for s in seeds],
                              {part: [(per_seed[s].get(part) or {}).get("delta") for s in seeds] for part in ("brier", "ms")},
                              seeds, n_bootstrap)
-    return {"per_seed": {str(s): b for s, b in per_seed.items()}, "stage": stage, "parent_stage": parent_stage,
-            "same_eval_stage": all(b["same_eval_stage"] for b in per_seed.values()), **summary,
-            **({"crossed": crossed} if crossed else {})}
+    return with_seed_blocks(per_seed, stage=stage, parent_stage=parent_stage,
+                            same_eval_stage=all(b["same_eval_stage"] for b in per_seed.values()), **summary,
+                            **({"crossed": crossed} if crossed else {}))
 
 
 def compares(stage: str, parent_stage: str) -> str:
@@ -124,8 +109,8 @@ def headline(final: dict[str, Any] | None) -> dict[str, Any] | None:
         return None
     label = {"stage": final["stage"], "parent_stage": final["parent_stage"],
              "compares": compares(final["stage"], final["parent_stage"])}
-    if "per_seed" in final:
-        if not any(v is not None for v in final["brier_delta"]["per_seed"]):
+    if has_seed_blocks(final):
+        if not any(v is not None for v in seed_values(final["brier_delta"])):
             return None
         return {**label, "seeds": final["seeds"], "brier_delta": final["brier_delta"]["mean"],
                 "brier_delta_sd": final["brier_delta"]["sd"], "ms_delta": final["ms_delta"]["mean"],
@@ -170,8 +155,7 @@ def _counts(by_stage: dict[str, dict[int, dict]], stage: str, eff: dict[str, Any
     from the stage's paired effect."""
     counts = beat_counts(by_stage[stage], by_stage.get("s0") if stage != "s0" else None, natural)
     if eff is not None:
-        summary = replicate_summary({int(s): b for s, b in eff["per_seed"].items()}) \
-            if "per_seed" in eff else replicate_summary({0: eff})
+        summary = replicate_summary({seed or 0: b for seed, b in seed_blocks(eff)})
         counts["beats_parent"] = summary["beats_parent"]
         counts["beats_parent_ci"] = summary["beats_parent_ci"]
     return counts
@@ -276,6 +260,7 @@ def write_run_results(run_id: str, resolved_cfg: dict[str, Any], lineage: list[d
     said = transcripts(records)
     if said:                       # chat episodes (episodes/chat.py): the whole conversations
         result["transcripts"] = said
+    check_eval(result, f"results/{run_id}/eval.json")   # before anything is written: nothing half-written
     pooled, all_records = _pooled(records)
     files.write_yaml(out / "config.yaml", resolved_cfg)
     files.write_json(out / "lineage.json", lineage)

@@ -34,6 +34,7 @@ from ..core.lazy import module
 from ..metrics import N_BINS, calibration_bins
 from ..stats import nan_array as _arr
 from ..stats import nan_matrix
+from ..stats.seeds import is_spread, seed_blocks, seed_values
 from ..store.files import write_bytes
 
 stats = module("scipy.stats")                     # imported on first use (martingale.core.lazy): the CLI
@@ -72,8 +73,8 @@ def _ci(m: dict[str, Any], key: str) -> tuple[float, float]:
 
 def _per_seed(m: dict[str, Any], key: str) -> list[float]:
     v = m.get(key)
-    if isinstance(v, dict) and isinstance(v.get("per_seed"), list):
-        return [float("nan") if x is None else float(x) for x in v["per_seed"] if not isinstance(x, list)]
+    if is_spread(v):
+        return [float("nan") if x is None else float(x) for x in seed_values(v) if not isinstance(x, list)]
     return []
 
 
@@ -223,8 +224,7 @@ def _effect_rows(effects: dict[str, dict], part: str) -> list[tuple[str, float, 
     """(label, delta, lo, hi, annotation) per stage (and seed)."""
     rows = []
     for stage, eff in effects.items():
-        blocks = [(stage, eff)] if "per_seed" not in eff else \
-            [(f"{stage} seed {s}", b) for s, b in sorted(eff["per_seed"].items(), key=lambda kv: int(kv[0]))]
+        blocks = [(stage if s is None else f"{stage} seed {s}", b) for s, b in seed_blocks(eff)]
         for label, b in blocks:
             e = (b or {}).get(part)
             if not e or e.get("delta") is None or np.isnan(e["delta"]):
@@ -352,8 +352,8 @@ def belief_by_turn(run_id: str, stage_order: list[str], records: dict[str, list[
 
 
 def _each_seed(value: Any) -> list[Any]:
-    """A metric's value per seed: several seeds' ``{per_seed: [...]}``, else the one value."""
-    return value["per_seed"] if isinstance(value, dict) and isinstance(value.get("per_seed"), list) else [value]
+    """A metric's value per seed (stats.seeds.seed_values)."""
+    return seed_values(value)
 
 
 def episodes_by_mode(runs: dict[str, dict[str, Any]], path: Path) -> Path:

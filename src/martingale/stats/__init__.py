@@ -53,18 +53,6 @@ def ms_slope(prior: np.ndarray, posterior: np.ndarray) -> float:
     return float(ssxy / ssx)
 
 
-# ------------------------------------------------------------------------------- across seeds
-def seed_spread(values: Sequence[Any]) -> dict[str, Any]:
-    """Across seeds: mean, sd (ddof 1; NaN for one seed) and each seed's value (None where it has
-    none). One rule: a seed without a value makes mean and sd NaN, never a spread over the seeds
-    that happened to give one passing for the run's."""
-    arr = nan_array(values)
-    whole = len(arr) > 0 and not np.isnan(arr).any()
-    return {"mean": float(np.mean(arr)) if whole else float("nan"),
-            "sd": float(np.std(arr, ddof=1)) if whole and len(arr) > 1 else float("nan"),
-            "per_seed": [None if np.isnan(v) else float(v) for v in arr]}
-
-
 # ------------------------------------------------------------------------------- the bootstrap
 def too_few_for_ci(n: int, unit: str = "questions") -> str | None:
     """The reason there is no bootstrap interval on n questions (n < MIN_CI_PAIRS), else None."""

@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 
 from ..core.lazy import module
-from . import MetricError, bootstrap_ci, ms_slope, nan_array, seed_spread, too_few_for_ci
+from . import MetricError, bootstrap_ci, ms_slope, nan_array, too_few_for_ci
+from .seeds import seed_spread
 
 stats = module("scipy.stats")   # imported on first use (martingale.core.lazy)
 

@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 from ..stages import kinds
 from ..stats.replicates import Combined
+from ..stats.seeds import is_spread, seed_blocks, seed_values
 from ..stats.verdicts import INCONCLUSIVE, NO_RESULT, judge_count
 from .finding_spec import COUNTS, EFFECTS, Finding
 
@@ -88,19 +89,15 @@ def _samples(evals: dict, f: Finding, stage: str) -> tuple[list[tuple], Optional
         if eff is None:
             return [], None, f"no effect against the parent at {stage} in eval.json"
         compares = f"{eff.get('stage')} vs parent {eff.get('parent_stage')}"
-        if isinstance(eff.get("per_seed"), dict):
-            blocks = sorted(eff["per_seed"].items(), key=lambda kv: int(kv[0]) if str(kv[0]).isdigit() else 0)
-        else:
-            blocks = [(None, eff)]
         return [(s, _number((b.get(part) or {}).get("delta")), _interval((b.get(part) or {}).get("ci")))
-                for s, b in blocks], compares, f"no {f.metric} with a CI"
+                for s, b in seed_blocks(eff)], compares, f"no {f.metric} with a CI"
     block = (evals.get("stages") or {}).get(stage)
     if not isinstance(block, dict):
         return [], None, f"no stage {stage} in eval.json"
     value, ci = block.get(f.metric), block.get(f"{f.metric}_ci")
-    if isinstance(value, dict):                     # several seeds: {mean, sd, per_seed}
-        values = value.get("per_seed") or []
-        cis = (ci.get("per_seed") if isinstance(ci, dict) else None) or []
+    if is_spread(value):                            # several seeds (stats.seeds)
+        values = seed_values(value)
+        cis = seed_values(ci) if is_spread(ci) else []
         seeds = block.get("seeds") or list(range(len(values)))
         return [(seeds[i] if i < len(seeds) else i, _number(v), _interval(cis[i] if i < len(cis) else None))
                 for i, v in enumerate(values)], None, f"no {f.metric} with a CI"
@@ -116,8 +113,8 @@ def trained_kinds() -> frozenset[str]:
 def _trained_at(evals: Any, stage: Optional[str]) -> bool:
     """Whether eval.json's ``provenance`` says the model evaluated at ``stage`` came out of a
     trained kind (its stage id is ``<kind>-<hash>``)."""
-    per_seed = ((evals or {}).get("provenance") or {}).get(stage) if isinstance(evals, dict) else None
-    kinds_seen = {str(v.get("model_stage") or "").split("-")[0] for v in (per_seed or {}).values()
+    by_seed = ((evals or {}).get("provenance") or {}).get(stage) if isinstance(evals, dict) else None
+    kinds_seen = {str(v.get("model_stage") or "").split("-")[0] for v in (by_seed or {}).values()
                   if isinstance(v, dict)}
     return bool(kinds_seen & trained_kinds())
 
