@@ -11,8 +11,10 @@ from typing import Any, Optional
 from ..core.settings import InChoices
 from ..episodes import episode_problem
 from ..model.backend import backends
+from ..model.serving import tensor_parallel_size
 from ..rewards import rewards
 from ..stages import uses_key
+from ..training import ranks_of
 from ..world import worlds
 from ..world.questions import config_problem
 from .schema import ROLE_MODELS, domain_key, domains, model_class
@@ -31,7 +33,7 @@ RELATIONS: tuple[tuple[str, Any, str], ...] = (
      lambda c: c["model"]["hidden_size"] % c["model"]["num_heads"] == 0,
      "does not divide model.hidden_size (a Llama splits it evenly over its heads)"),
     ("model.distributed.nodes",
-     lambda c: _ranks(c)[0] % _ranks(c)[2] == 0,
+     lambda c: ranks_of(c["model"])[0] % ranks_of(c["model"])[2] == 0,
      "does not divide model.distributed.ranks (every node runs as many ranks)"),
     ("model.distributed.ranks",
      lambda c: _gpus_needed(c) <= int((c["model"].get("resources") or {}).get("gpus") or 0) or _gpus_needed(c) == 0,
@@ -40,19 +42,14 @@ RELATIONS: tuple[tuple[str, Any, str], ...] = (
 )
 
 
-def _ranks(cfg: dict) -> tuple[int, str, int]:
-    d = cfg["model"].get("distributed") or {}
-    return int(d.get("ranks", 1)), str(d.get("strategy", "ddp")), max(1, int(d.get("nodes", 1)))
-
-
 def _gpus_needed(cfg: dict) -> int:
     """GPUs a ranked stage on a GPU model needs on its first node (0: a CPU model or one rank)."""
     model = cfg["model"]
-    ranks, _, nodes = _ranks(cfg)
+    ranks, _, nodes = ranks_of(model)
     if ranks == 1 or not int((model.get("resources") or {}).get("gpus") or 0):
         return 0
     server = model.get("backend") == "vllm" and not model.get("server_url")
-    return ranks // nodes + (int((model.get("vllm") or {}).get("tensor_parallel_size", 1)) if server else 0)
+    return ranks // nodes + (tensor_parallel_size(model) if server else 0)
 
 
 def questions_file_problem(cfg: dict, root: Optional[Path]) -> Optional[str]:

@@ -3,6 +3,7 @@ the schema reads them without importing it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 from ..core.settings import COUNT, NONNEG, POSITIVE, Args, Int, PathValue, Real, setting
 
@@ -26,3 +27,10 @@ class VLLMConfig:
     adapter_floor: float = setting(1e-5, NONNEG,
         "an adapter must move some probe log-prob by more (also the instructor's guard on any backend)")
     extra_args: list[str] = setting(None, Args(), "more `vllm serve` flags, verbatim", factory=list)
+
+
+def tensor_parallel_size(model: Mapping[str, Any]) -> int:
+    """The GPUs a model's vLLM server spans: ``model.vllm.tensor_parallel_size``, the schema's
+    default where a config has none. The one reader of the key (the plan, the checks, the ranks)."""
+    value = (model.get("vllm") or {}).get("tensor_parallel_size")
+    return int(value) if value is not None else int(VLLMConfig.tensor_parallel_size)

@@ -31,6 +31,7 @@ from ..core.errors import StageError
 from ..core.threads import THREAD_VARS
 from ..store.provenance import record_server_at
 from .load import placement
+from .serving import tensor_parallel_size
 
 SOCKET_PATH_MAX = 107   # bytes of a Unix socket's path (sockaddr_un.sun_path less its NUL)
 LOG_TAIL = 12           # lines of the server log quoted when it dies
@@ -72,7 +73,7 @@ def server_command(model_dir: Path, model_cfg: dict[str, Any], port: int) -> lis
             "--host", "127.0.0.1", "--port", str(port), "--seed", "0",
             "--dtype", dtype, "--max-model-len", str(int(model_cfg["max_length"])),
             "--enable-lora", "--max-lora-rank", str(int(v["max_lora_rank"])),
-            "--tensor-parallel-size", str(int(v["tensor_parallel_size"])),
+            "--tensor-parallel-size", str(tensor_parallel_size(model_cfg)),
             "--gpu-memory-utilization", str(float(v["gpu_memory_utilization"])),
             *[str(a) for a in v["extra_args"]]]
 

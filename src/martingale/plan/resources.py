@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from ..model.serving import tensor_parallel_size
 from ..stages import StageKind
 from ..training import ranks_of
 
@@ -52,7 +53,7 @@ def _resources(model: dict, kind: Optional[StageKind] = None) -> dict[str, Any]:
     }
     gpus = int(r.get("gpus") or 0)
     if gpus > 0 and kind is not None and not kind.ranked and model.get("backend") == "vllm":
-        gpus = min(gpus, int((model.get("vllm") or {}).get("tensor_parallel_size") or gpus))
+        gpus = min(gpus, tensor_parallel_size(model))
     if gpus > 0:
         out["gpu"] = gpus
         if r.get("gpu_model"):

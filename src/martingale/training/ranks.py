@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from ..core.errors import StageError
+from ..model.serving import tensor_parallel_size
 from ..store import files
 from . import ranks_of
 
@@ -130,7 +131,7 @@ def server_devices(model: dict[str, Any], per_node: int) -> dict[str, str]:
     gpus = int((model.get("resources") or {}).get("gpus") or 0)
     if not gpus or model.get("backend") != "vllm" or model.get("server_url"):
         return {}
-    tp = int((model.get("vllm") or {}).get("tensor_parallel_size", 1))
+    tp = tensor_parallel_size(model)
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     ids = visible.split(",") if visible else [str(i) for i in range(gpus)]
     return {"MARTINGALE_SERVER_DEVICES": ",".join(ids[per_node:per_node + tp])}
