@@ -99,3 +99,32 @@ def test_a_look_written_by_a_killed_decide_is_built_by_the_next(decided):
     root, lines, _ = decided
     assert (root / "results" / "base--d1" / "eval.json").exists(), lines
     assert any("base-flat: look → 1 seeds, 2 draws (resume" in line for line in lines), lines
+
+
+def test_a_decide_stopped_mid_build_leaves_no_lock_and_the_next_one_builds_on(decided):
+    """SIGTERM (a scheduler's, `timeout`'s) stops decide as Ctrl-C does: its Snakemake ends its jobs
+    and removes its lock, so the next decide builds on instead of finding the project locked."""
+    import signal
+    import time
+
+    from martingale.store import locks
+
+    root, _, _ = decided
+    (root / "conf" / "decide.yaml").write_text(PLAN.replace("looks: 3", "looks: 4").replace("[1, 3, 5]", "[1, 3, 5, 8]"),
+                                               encoding="utf-8")    # a fourth look: something left to build
+    cli = str(Path(sys.executable).with_name("martingale"))
+    proc = subprocess.Popen([cli, "decide", "--budget", "0.5"], cwd=root, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env={**os.environ, "WANDB_MODE": "disabled"})
+    deadline = time.monotonic() + 240
+    while not locks.live_snakemakes(root) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert locks.live_snakemakes(root), "decide built nothing to stop"
+    time.sleep(3)                                    # its Snakemake has taken the lock and started jobs
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode != 0, out
+    assert locks.lock_state(root) is None and not locks.live_snakemakes(root), out
+    lines: list[str] = []
+    decide(root, budget=0.5, say=lines.append)
+    assert not any("failed:" in line for line in lines), lines
+    assert locks.lock_state(root) is None

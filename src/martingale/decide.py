@@ -10,12 +10,15 @@ by Snakemake with the chosen profile, stage by stage in waves of ``jobs``: a wav
 while the CPU-hours spent (its stages' benchmarks × threads, recorded in ``logs/decide/ledger.jsonl``
 across invocations) leave room for its estimate, and a lone stage only while some budget is left,
 so the budget is exceeded by one stage at most. State lives in the run files and the store: a
-killed decide resumes where it stopped, and a second one with nothing new builds nothing.
+killed decide resumes where it stopped (a stopped decide stops its Snakemake as Ctrl-C does, and a
+stale lock is removed), and a second one with nothing new builds nothing.
 """
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -23,7 +26,7 @@ from typing import Callable, Optional
 from .config.runs import RunTree
 from .plan import Plan, cost
 from .stats import crossed
-from .store import stage_dir
+from .store import locks, stage_dir
 from .store.files import open_log, read_jsonl, write_jsonl, write_text
 from .store.manifest import MANIFEST
 from .table import build_table, findings, write_table
@@ -32,6 +35,8 @@ from .table.to_decide import finding_runs
 from .world import worlds
 
 LEDGER = "logs/decide/ledger.jsonl"
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+STOP_WAIT_S = 120     # how long a stopped decide waits for its Snakemake to end its jobs before killing it
 
 
 @dataclass(frozen=True)
@@ -140,12 +145,42 @@ class Builder:
         self.log = root / "logs" / "decide" / "snakemake.log"
 
     def snakemake(self, targets: list[str]) -> bool:
-        """Snakemake on the targets with the profile; its output appended to logs/decide/snakemake.log."""
-        cmd = [str(Path(sys.executable).with_name("snakemake")), "--profile", f"profiles/{self.profile}", *targets]
-        res = subprocess.run(cmd, cwd=self.root, capture_output=True, text=True)
+        """Snakemake on the targets with the profile; its output appended to logs/decide/snakemake.log.
+        A decide stopped meanwhile (Ctrl-C, SIGTERM) stops it as Ctrl-C does, so it ends its jobs and
+        removes its lock (SIGTERM leaves Snakemake 9 hanging with it), then stops itself."""
+        self.unlock_if_stale()
+        cmd = [SNAKEMAKE, "--profile", f"profiles/{self.profile}", *targets]
+        proc = subprocess.Popen(cmd, cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        try:
+            output, _ = proc.communicate()
+        except BaseException:
+            proc.send_signal(signal.SIGINT)
+            try:
+                output, _ = proc.communicate(timeout=STOP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                output, _ = proc.communicate()
+            self.write_log(output)
+            raise
+        self.write_log(output)
+        return proc.returncode == 0
+
+    def write_log(self, output: str | None) -> None:
         with open_log(self.log) as out:
-            out.write(res.stdout + res.stderr)
-        return res.returncode == 0
+            out.write(output or "")
+
+    def unlock_if_stale(self) -> None:
+        """A lock a killed Snakemake left, with none running here, is removed (`snakemake --unlock`);
+        one a live Snakemake holds stops decide with one line: it resumes once that one has ended."""
+        state = locks.lock_state(self.root)
+        if state == "live":
+            pids = ", ".join(map(str, locks.live_snakemakes(self.root)))
+            raise findings.TableError(f".snakemake/locks: another Snakemake is building in this project (pid {pids}): "
+                                      "run decide again once it has ended")
+        if state == "stale":
+            self.say("  a killed Snakemake left its lock and none is running here: snakemake --unlock")
+            subprocess.run([SNAKEMAKE, "--unlock", "--cores", "1"], cwd=self.root, capture_output=True)
 
     def build(self, runs: list[str]) -> bool:
         """Build the runs' new stages in waves while the budget allows, then their aggregates.
@@ -181,6 +216,22 @@ def decide(root: Path | str, budget: float, include_provisional: bool = False, p
         raise findings.TableError(f"conf/decide.yaml: looks: {plan.looks}: decide needs a plan with a look after "
                                   "the campaign's (declare it before the first look)")
     builder = Builder(root, profile, jobs, budget, say)
+    if threading.current_thread() is threading.main_thread():      # SIGTERM stops decide as Ctrl-C does
+        previous = signal.signal(signal.SIGTERM, _interrupted)
+        try:
+            return _rounds(root, plan, builder, budget, include_provisional, say)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    return _rounds(root, plan, builder, budget, include_provisional, say)
+
+
+def _interrupted(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _rounds(root: Path, plan: DecidePlan, builder: "Builder", budget: float, include_provisional: bool,
+            say: Callable[[str], None]) -> dict[str, int]:
+    """decide's rounds (decide's docstring)."""
     round_no, tried = 0, set()
     while True:
         rows = build_table(root)
