@@ -63,3 +63,19 @@ def test_a_finding_reads_its_latest_complete_look(proj):
     assert (look.k, look.draws, look.runs, look.index) == (3, 1, ("D--k3",), 2)
     look = current_look(tree, "D", plan, done=lambda r: True)
     assert (look.k, look.draws, look.runs, look.index) == (3, 2, ("D--k3", "D--k3d1"), 3)
+
+
+def test_a_look_another_finding_took_by_the_other_route_is_not_this_findings_next(proj):
+    """D (1 seed) read on a second draw (look 2); D--k3 (3 seeds on the first draw, also look 2) was
+    written for another finding on D. It is a branch: resuming it would read look 2 again, for ever.
+    3 seeds on both draws (look 3) is this finding's next."""
+    from martingale.decide import pending_look
+
+    plan = DecidePlan(looks=3, seeds=(1, 3, 5), draws=2)
+    tree = RunTree.load(proj / "conf")
+    tree = _write(proj, look_runs(tree, "D", 1, 1, set()) + look_runs(tree, "D", 3, 0, set()))
+    look = current_look(tree, "D", plan, done=lambda r: r in ("D", "D--d1"))
+    assert (look.k, look.draws, look.index) == (1, 2, 2)
+    assert pending_look(tree, "D", look, plan, 1) is None
+    tree = _write(proj, look_runs(tree, "D", 3, 1, set()))
+    assert pending_look(tree, "D", look, plan, 1) == (3, 2)

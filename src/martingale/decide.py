@@ -94,7 +94,7 @@ def next_step(root: Path, tree: RunTree, cplan: Plan, plan: DecidePlan, f: findi
     or the look already written for it and not yet built (a killed decide's)."""
     look: Look = r.look
     k0 = len(base_seeds(tree, f.run))
-    pending = _pending(tree, f, look, plan, k0)
+    pending = pending_look(tree, f.run, look, plan, k0)
     runs = finding_runs(cplan, f)
     seed_cost = cost.seed_estimate(cplan, runs, root).cpu_hours
     draw_cost = cost.redraw_estimate(cplan, runs, root).cpu_hours if redraws else None
@@ -126,13 +126,17 @@ def next_step(root: Path, tree: RunTree, cplan: Plan, plan: DecidePlan, f: findi
                 tuple(look_name(f.run, k, d, k0) for d in range(draws)), estimate, to_decide)
 
 
-def _pending(tree: RunTree, f: findings.Finding, look: Look, plan: DecidePlan, k0: int) -> Optional[tuple[int, int]]:
-    """A later look whose run files exist (written by a decide that stopped before building them)."""
+def pending_look(tree: RunTree, run: str, look: Look, plan: DecidePlan, k0: int) -> Optional[tuple[int, int]]:
+    """A later look whose run files exist (written by a decide that stopped before building them):
+    one that holds the current look's seeds and draws and more, numbered after it. A look another
+    finding on the run took by the other route (5 seeds on 1 draw beside 3 on 2) is a branch, not
+    this finding's next look: resuming it would read the same look again."""
     for k in [s for s in [k0, *plan.seeds] if s >= look.k]:
-        for draws in range(1, plan.draws + 1):
-            if (k, draws) == (look.k, look.draws) or look_index(tree, f.run, plan, k, draws) > plan.looks:
+        for draws in range(look.draws, plan.draws + 1):
+            index = look_index(tree, run, plan, k, draws)
+            if (k, draws) == (look.k, look.draws) or not look.index < index <= plan.looks:
                 continue
-            if (k > look.k or draws > look.draws) and all(look_name(f.run, k, d, k0) in tree.specs for d in range(draws)):
+            if all(look_name(run, k, d, k0) in tree.specs for d in range(draws)):
                 return k, draws
     return None
 
