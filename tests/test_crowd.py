@@ -60,5 +60,5 @@ def test_a_negated_question_asks_the_crowd_the_other_way_round():
 def test_beats_crowd_counts_the_seeds_whose_model_beat_the_crowd():
     per_seed = {41: {"brier": 0.2, "brier_constant": 0.19, "crowd_brier": 0.1, "crowd_delta_brier": 0.05},
                 42: {"brier": 0.2, "brier_constant": 0.19, "crowd_brier": 0.1, "crowd_delta_brier": -0.01}}
-    assert beat_counts(per_seed, None)["beats_crowd"] == "1/2"
+    assert beat_counts(per_seed, None)["beats_crowd"] == {"k": 1, "n": 2}
     assert "beats_crowd" not in beat_counts({41: {"brier": 0.2, "brier_constant": 0.19}}, None)

@@ -179,7 +179,7 @@ def test_replicate_summary_counts_seeds_that_beat_the_parent():
                 43: {"brier": {"delta": 0.01, "ci": [0.0, 0.02]}, "ms": {"delta": 0.0}},
                 44: {"brier": {"delta": float("nan"), "ci": [float("nan")] * 2}, "ms": None}}
     s = replicate_summary(per_seed)
-    assert s["beats_parent"] == "2/3" and s["beats_parent_ci"] == "1/3"
+    assert s["beats_parent"] == {"k": 2, "n": 3} and s["beats_parent_ci"] == {"k": 1, "n": 3}
     assert s["brier_delta"]["per_seed"] == [-0.02, -0.01, 0.01, None]
     complete = replicate_summary({k: v for k, v in per_seed.items() if k != 44})["brier_delta"]
     assert complete["mean"] == pytest.approx(-0.02 / 3)
@@ -253,7 +253,7 @@ def test_aggregate_writes_the_knobs_effect_per_stage_and_the_headline(tmp_path):
     head = ev["effect"]
     assert head["parent"] == "filter-twostage" and head["knob"] == "stages.s1.filter=null"
     assert head["headline"]["stage"] == "s2" and head["headline"]["brier_delta"] == s2["brier"]["delta"]
-    assert ev["stages"]["s2"]["counts"]["beats_parent"] == "1/1"
+    assert ev["stages"]["s2"]["counts"]["beats_parent"] == {"k": 1, "n": 1}
     from martingale.records.plots import PLOTS
     assert sorted(p.name for p in (out / "plots").iterdir()) == sorted(f"{n}.png" for n in PLOTS)
 
@@ -278,10 +278,10 @@ def test_replicates_get_per_seed_effects_the_spread_and_counts(tmp_path):
     eff = result["stages"]["s2"]["effect"]
     assert sorted(eff["per_seed"]) == ["41", "42", "43"] and eff["seeds"] == [41, 42, 43]
     assert {b["parent_seed"] for b in eff["per_seed"].values()} == {42}
-    assert eff["beats_parent"] == "3/3" and len(eff["brier_delta"]["per_seed"]) == 3
-    assert result["stages"]["s2"]["counts"]["beats_parent"] == "3/3"
-    assert result["effect"]["headline"]["beats_parent"] == "3/3"
-    assert result["stages"]["s2"]["counts"]["beats_start"].endswith("/3")
+    assert eff["beats_parent"] == {"k": 3, "n": 3} and len(eff["brier_delta"]["per_seed"]) == 3
+    assert result["stages"]["s2"]["counts"]["beats_parent"] == {"k": 3, "n": 3}
+    assert result["effect"]["headline"]["beats_parent"] == {"k": 3, "n": 3}
+    assert result["stages"]["s2"]["counts"]["beats_start"]["n"] == 3
 
 
 def test_a_knob_that_adds_a_stage_is_headlined_by_its_final_stage_against_the_parents_final(tmp_path):
@@ -294,7 +294,7 @@ def test_a_knob_that_adds_a_stage_is_headlined_by_its_final_stage_against_the_pa
     assert result["effect"]["compares"] == head["compares"] == "s2 vs parent s1"
     assert head["brier_delta"] == final["brier"]["delta"] < 0 and head["brier_ci"][1] < 0
     assert 0 <= head["p_t"] <= 1 and 0 <= head["p_wilcoxon"] <= 1 and head["ms_ci"][0] < head["ms_delta"]
-    assert result["stages"]["s2"]["counts"]["beats_parent"] == "1/1"
+    assert result["stages"]["s2"]["counts"]["beats_parent"] == {"k": 1, "n": 1}
 
 
 def test_the_headline_is_never_a_shared_eval(tmp_path):

@@ -195,5 +195,5 @@ def test_counts_say_how_many_seeds_beat_the_natural_base_and_fully_deflate():
              43: {"brier": 0.250, "brier_constant": 0.211}}
     natural = {s: {"brier": 0.247} for s in seeds}
     counts = beat_counts(seeds, None, natural)
-    assert counts["beats_natural_base"] == "2/3" and counts["full_deflation"] == "1/3"
+    assert counts["beats_natural_base"] == {"k": 2, "n": 3} and counts["full_deflation"] == {"k": 1, "n": 3}
     assert "beats_natural_base" not in beat_counts(seeds, None)

@@ -140,7 +140,8 @@ def seeds_eval(root: Path, cis: list[list[float]], crossed: dict | None = None, 
     ("some", "1/5", "reproduced"), ("some", "0/5", "not reproduced"), ("some", "5/5", "not reproduced")])
 def test_a_seed_count_finding_reads_k_of_n_by_its_own_rule(proj, expect, count, expected):
     finding(proj, metric="counts.beats_natural_base", expect=expect)
-    write_eval(proj, "D", {"s0": {"ms": 0.1, "counts": {"beats_natural_base": count}}})
+    k, n = map(int, count.split("/"))
+    write_eval(proj, "D", {"s0": {"ms": 0.1, "counts": {"beats_natural_base": {"k": k, "n": n}}}})
     assert verdict(proj) == expected
     assert f"| {count} seeds |" in (proj / "FINDINGS.md").read_text(encoding="utf-8")
 

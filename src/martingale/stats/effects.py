@@ -223,9 +223,10 @@ def paired_effect(child: list[dict[str, Any]], parent: list[dict[str, Any]], n_b
     return out
 
 
-def _count(flags: list[bool | None]) -> str | None:
+def _count(flags: list[bool | None]) -> dict[str, int] | None:
+    """k of n seeds as numbers, ``{"k": k, "n": n}`` (n: the seeds with a flag); None for none."""
     known = [f for f in flags if f is not None]
-    return f"{sum(known)}/{len(known)}" if known else None
+    return {"k": int(sum(known)), "n": len(known)} if known else None
 
 
 def _get(block: dict | None, *path: str) -> Any:
@@ -241,7 +242,7 @@ def _get(block: dict | None, *path: str) -> Any:
 
 def replicate_summary(per_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
     """Across seeds (each seed's paired effect): the spread of ΔBrier and ΔMS and the counts
-    "beats parent k/n" (ΔBrier < 0) and "beats parent, CI below 0 k/n"."""
+    "beats parent" (ΔBrier < 0) and "beats parent, CI below 0", each k of n seeds (_count)."""
     seeds = sorted(per_seed)
     d_brier = [_get(per_seed[s], "brier", "delta") for s in seeds]
     d_ms = [_get(per_seed[s], "ms", "delta") for s in seeds]
@@ -258,11 +259,11 @@ def replicate_summary(per_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
 
 def beat_counts(per_seed_metrics: dict[int, dict[str, Any]],
                 start: dict[int, dict[str, Any]] | None,
-                natural: dict[int, dict[str, Any]] | None = None) -> dict[str, str | None]:
-    """The log's reliability language for one stage over seeds: "beats start k/n" (Brier below
-    the run's own s0 of the same seed), "beats constant k/n" (Brier below the base-rate constant)
-    and, given the natural model measured the same way, "beats the natural base k/n" and "full
-    deflation k/n": Brier below the midpoint of the natural base's Brier and the constant's (the
+                natural: dict[int, dict[str, Any]] | None = None) -> dict[str, dict[str, int] | None]:
+    """The log's reliability language for one stage over seeds, each k of n seeds (_count): "beats
+    start" (Brier below the run's own s0 of the same seed), "beats constant" (Brier below the
+    base-rate constant) and, given the natural model measured the same way, "beats the natural
+    base" and "full deflation": Brier below the midpoint of the natural base's Brier and the constant's (the
     log's 0.23, between base 0.247 and the constant 0.211)."""
     seeds = sorted(per_seed_metrics)
 
@@ -272,7 +273,7 @@ def beat_counts(per_seed_metrics: dict[int, dict[str, Any]],
     own = {s: per_seed_metrics[s].get("brier") for s in seeds}
     const = {s: per_seed_metrics[s].get("brier_constant") for s in seeds}
 
-    def beats(ref: dict[int, float | None]) -> str | None:
+    def beats(ref: dict[int, float | None]) -> dict[str, int] | None:
         return _count([lt(own[s], ref[s]) for s in seeds])
 
     out = {"beats_constant": beats(const)}

@@ -4,7 +4,6 @@ a ``Result`` with no verdict yet, or one that says why there is nothing to read.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -120,13 +119,12 @@ def _trained_at(evals: Any, stage: Optional[str]) -> bool:
 
 
 def _count(evals: dict, f: Finding, stage: str) -> Result:
-    """A seed-count finding: the stage's ``counts.<name>`` "k/n" and its verdict."""
+    """A seed-count finding: the stage's ``counts.<name>``, k of n seeds, and its verdict."""
     block = (evals.get("stages") or {}).get(stage)
     value = ((block or {}).get("counts") or {}).get(f.metric.split(".", 1)[1]) if isinstance(block, dict) else None
-    m = re.fullmatch(r"(\d+)/(\d+)", str(value)) if value is not None else None
-    if m is None or int(m.group(2)) == 0:
+    if not isinstance(value, dict) or not value.get("n"):
         return Result(NO_RESULT, f"no {f.metric} at {stage} in eval.json", stage)
-    k, n = int(m.group(1)), int(m.group(2))
+    k, n = int(value["k"]), int(value["n"])
     return Result(judge_count(f.expect, k, n), "", stage, None, ((None, f"{k}/{n}", None),))
 
 

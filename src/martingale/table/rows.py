@@ -35,7 +35,7 @@ def headline_keys() -> tuple[str, ...]:
     """The metrics a row carries: HEADLINE, then each declared table metric and its CI."""
     return HEADLINE + tuple(k for key in table_columns() for k in (key, f"{key}_ci"))
 # The knob's paired effect against the parent (eval.json's effect.headline): the run's final stage
-# against the parent's final stage; one seed gives CI and p, several the spread and "beats parent k/n".
+# against the parent's final stage; one seed gives CI and p, several the spread and "beats parent" (k of n seeds).
 EFFECT = ("stage", "parent_stage", "compares", "n_paired", "brier_delta", "brier_ci", "p_t", "p_wilcoxon", "share_child_wins",
           "ms_delta", "ms_ci", "p_perm_ms", "seeds", "brier_delta_sd", "ms_delta_sd", "beats_parent",
           "beats_parent_ci")
