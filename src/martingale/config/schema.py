@@ -22,6 +22,7 @@ from typing import Any, Optional
 from ..beliefs.readers import readers
 from ..core.registry import epoch
 from ..core.settings import SEED, Domain, OneOf, Section, Seeds, section, setting
+from ..core.typed import dataclass_in
 from ..episodes import chat, synthetic  # noqa: F401 (their modes)
 from ..episodes.chat import CHAT_MODES
 from ..episodes.synthetic import MODES
@@ -141,16 +142,6 @@ def __getattr__(name: str) -> Any:
     if name == "DOMAINS":
         return domains()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def dataclass_in(annotation: Any) -> Optional[type]:
-    """The dataclass an annotation holds (``Optional[EpisodePromptsConfig]`` too), else None."""
-    if dataclasses.is_dataclass(annotation):
-        return annotation
-    for arg in typing.get_args(annotation):
-        if dataclasses.is_dataclass(arg):
-            return arg
-    return None
 
 
 @functools.lru_cache(maxsize=4)

@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from . import world
 from .questions import ForecastQuestion, QuestionsError, load_questions, marked_splits, splits
+from .registry import world
 from .synthetic import Question, SyntheticWorld
 
 
@@ -54,9 +54,9 @@ def exported_rows(world: SyntheticWorld) -> list[dict[str, Any]]:
 class JsonlWorld(SyntheticWorld):
     """The synthetic world's clue table, with the questions of ``world.questions_file``."""
 
-    def __init__(self, cfg: dict[str, Any]):
+    def __init__(self, cfg: Any):
         super().__init__(cfg)
-        path = cfg.get("questions_file")
+        path = self.cfg.questions_file
         if not path:
             raise QuestionsError(["world.questions_file: world=jsonl needs a questions file"])
         self.path = Path(path)
@@ -75,7 +75,7 @@ class JsonlWorld(SyntheticWorld):
                                           f"this world.* gives {mine}); export it again"])
 
     def splits(self) -> tuple[list[Question], list[Question]]:
-        n_train, n_heldout = int(self.cfg["n_train"]), int(self.cfg["n_heldout"])
+        n_train, n_heldout = int(self.cfg.n_train), int(self.cfg.n_heldout)
         marked = marked_splits(self.questions)
         if marked is not None:
             train, heldout = marked["train"][:n_train], marked["heldout"][:n_heldout]
@@ -83,8 +83,8 @@ class JsonlWorld(SyntheticWorld):
                 raise ValueError(f"world.n_train/world.n_heldout: {self.path} marks {len(train)} train and "
                                  f"{len(heldout)} held-out questions, fewer than {n_train}/{n_heldout}")
         else:
-            train, heldout = splits(self.questions, int(self.cfg["seed"]), n_train, n_heldout,
-                                    int(self.cfg.get("heldout_draw") or 0))
+            train, heldout = splits(self.questions, int(self.cfg.seed), n_train, n_heldout,
+                                    int(self.cfg.heldout_draw or 0))
         return [as_question(q) for q in train], [as_question(q) for q in heldout]
 
     def bayes_logodds(self, q: Question, k: int | None = None) -> float | None:

@@ -31,6 +31,7 @@ from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
 from ..store.files import write_jsonl
+from .section import world_section
 
 REQUIRED = ("id", "question", "y")
 TEXT_FIELDS = ("background", "resolution_criteria", "option")
@@ -332,12 +333,13 @@ def marked_splits(questions: Sequence[ForecastQuestion]) -> dict[str, list[Forec
     return {s: [q for q in questions if q.extra["split"] == s] for s in MARKED_SPLITS}
 
 
-def config_problem(world_cfg: dict[str, Any]) -> str | None:
+def config_problem(world_cfg: Any) -> str | None:
     """Why ``world.questions_file`` cannot serve this world config (the first problem, with a count
     of the rest), or None: schema.RELATIONS checks it when a run is composed, before any job. A
     ``split`` field on every line (an export) is the split; else the file must hold n_train + n_heldout."""
+    world = world_section(world_cfg)
     try:
-        questions = load_questions(world_cfg["questions_file"])
+        questions = load_questions(world.questions_file)
     except QuestionsError as e:
         more = f" (and {len(e.problems) - 1} more: `martingale questions check FILE` lists them)" \
             if len(e.problems) > 1 else ""
@@ -345,13 +347,13 @@ def config_problem(world_cfg: dict[str, Any]) -> str | None:
     marked = marked_splits(questions)
     if marked is not None:
         have = {s: len(qs) for s, qs in marked.items()}
-        want = {"train": int(world_cfg["n_train"]), "heldout": int(world_cfg["n_heldout"])}
+        want = {"train": int(world.n_train), "heldout": int(world.n_heldout)}
     else:
         have = {"all": len(questions)}
-        want = {"all": int(world_cfg["n_train"]) + int(world_cfg["n_heldout"])}
+        want = {"all": int(world.n_train) + int(world.n_heldout)}
     short = [s for s in want if have[s] < want[s]]
     if short:
-        return (f"{world_cfg['questions_file']} holds {have} questions, fewer than world.n_train/"
+        return (f"{world.questions_file} holds {have} questions, fewer than world.n_train/"
                 f"world.n_heldout ask for ({want})")
     return None
 

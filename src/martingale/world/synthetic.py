@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from . import world
+from .registry import world
+from .section import world_section
 
 
 def expit(x):
@@ -56,15 +57,15 @@ class SyntheticWorld:
 
     MAX_ROUNDS = 200    # draws of n_heldout questions before splits() gives up (never loops forever)
 
-    def __init__(self, cfg: dict[str, Any]):
-        self.cfg = cfg
-        self.base_rate = float(cfg["base_rate"])
-        self.n_types = int(cfg["n_clue_types"])
-        self.n_clues = int(cfg["clues_per_question"])
-        self.unit = float(cfg["logodds_unit"])
-        self.max_step = int(cfg["max_step"])
-        rng = np.random.default_rng([int(cfg["seed"]), 0])
-        alpha = np.full(self.n_types, float(cfg["dirichlet_alpha"]))
+    def __init__(self, cfg: Any):
+        self.cfg = cfg = world_section(cfg)
+        self.base_rate = float(cfg.base_rate)
+        self.n_types = int(cfg.n_clue_types)
+        self.n_clues = int(cfg.clues_per_question)
+        self.unit = float(cfg.logodds_unit)
+        self.max_step = int(cfg.max_step)
+        rng = np.random.default_rng([int(cfg.seed), 0])
+        alpha = np.full(self.n_types, float(cfg.dirichlet_alpha))
         self.p1 = rng.dirichlet(alpha)
         self.p0 = rng.dirichlet(alpha)
         self.llr = np.log(self.p1 / self.p0)
@@ -73,8 +74,8 @@ class SyntheticWorld:
         # over the first snap_clues of them, scaled by snap_gain (traces.snap).
         mix = self.base_rate * self.p1 + (1 - self.base_rate) * self.p0
         self.gut_weight = float(np.sum(mix * np.abs(self.llr)))
-        self.snap_clues = max(1, int(np.ceil(float(cfg.get("snap_clues", 1.0)) * self.n_clues)))
-        self.snap_gain = float(cfg.get("snap_gain", 1.0))
+        self.snap_clues = max(1, int(np.ceil(float(cfg.snap_clues) * self.n_clues)))
+        self.snap_gain = float(cfg.snap_gain)
 
     # -- questions -------------------------------------------------------------------------
     def sample(self, n: int, rng: np.random.Generator, prefix: str) -> list[Question]:
@@ -90,23 +91,23 @@ class SyntheticWorld:
         """Seeded train and held-out sets; no held-out question repeats a train question's clues.
         ``heldout_draw`` k > 0 draws the held-out set afresh from the same world (stream [seed, 2, k]):
         the same clue table and training questions, other held-out questions."""
-        seed = int(self.cfg["seed"])
-        train = self.sample(int(self.cfg["n_train"]), np.random.default_rng([seed, 1]), "tr")
+        seed, wanted = int(self.cfg.seed), int(self.cfg.n_heldout)
+        train = self.sample(int(self.cfg.n_train), np.random.default_rng([seed, 1]), "tr")
         seen = {q.clues for q in train}
-        draw = int(self.cfg.get("heldout_draw") or 0)
+        draw = int(self.cfg.heldout_draw or 0)
         rng = np.random.default_rng([seed, 2, draw] if draw else [seed, 2])
         heldout: list[Question] = []
         for _ in range(self.MAX_ROUNDS):
-            if len(heldout) >= int(self.cfg["n_heldout"]):
+            if len(heldout) >= wanted:
                 return train, heldout
-            for q in self.sample(int(self.cfg["n_heldout"]), rng, "ho"):
-                if q.clues not in seen and len(heldout) < int(self.cfg["n_heldout"]):
+            for q in self.sample(wanted, rng, "ho"):
+                if q.clues not in seen and len(heldout) < wanted:
                     seen.add(q.clues)
                     heldout.append(Question(f"ho{len(heldout):05d}", q.clues, q.y))
-        if len(heldout) >= int(self.cfg["n_heldout"]):
+        if len(heldout) >= wanted:
             return train, heldout
         raise ValueError(f"world.n_heldout: only {len(heldout)} distinct held-out questions found in "
-                         f"{self.MAX_ROUNDS} draws of {self.cfg['n_heldout']}; fewer clue types or "
+                         f"{self.MAX_ROUNDS} draws of {wanted}; fewer clue types or "
                          "clues per question than the splits need")
 
     # -- the oracle ------------------------------------------------------------------------

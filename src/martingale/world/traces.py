@@ -86,7 +86,7 @@ def snap(world: SyntheticWorld, q: Question, rng: np.random.Generator, shift: fl
     sign = -1.0 if q.negated else 1.0
     votes = sum(np.sign(world.llr[c]) for c in q.clues[:world.snap_clues])
     lo = sign * (world.prior_logodds + world.snap_gain * world.gut_weight * votes) + shift
-    lo += float(world.cfg["snap_noise"]) * rng.standard_normal()
+    lo += float(world.cfg.snap_noise) * rng.standard_normal()
     return f"snap P = {fmt_p(float(expit(lo)))} end"
 
 
