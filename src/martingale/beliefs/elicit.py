@@ -16,6 +16,7 @@ from .forced import answer_context, forced_reads
 from .parse import parse_p, parse_totals
 from .prompts import Prompts
 from .readers import FORCED_READERS, READERS, ReadContext, get_reader
+from .section import ElicitConfig, elicit_section
 
 if TYPE_CHECKING:
     from ..model.backend import Backend
@@ -53,15 +54,16 @@ def side_by_side(verbal: dict[str, list], forced: dict[str, list[tuple[float | N
     return {name: cols[f"{name}_{read}"] for name in READ_COLUMNS}, cols
 
 
-def cut_index(world, elicit: dict[str, Any]) -> int:
+def cut_index(world, elicit: Any) -> int:
     """The clue count read as the prior in samemode: round(cut · clues)."""
-    return int(round(float(elicit.get("cut", 0.5)) * world.n_clues))
+    return int(round(float(elicit_section(elicit).cut) * world.n_clues))
 
 
-def judge_needed(elicit: dict[str, Any]) -> bool:
+def judge_needed(elicit: Any) -> bool:
     """Whether a rollout with this elicit config reads through a judge model: in samemode, when
     its reader (``elicit.judge``) says so; snap mode reads no judge."""
-    return elicit["mode"] == "samemode" and get_reader(elicit["judge"]).needs_judge
+    elicit = elicit_section(elicit)
+    return elicit.mode == "samemode" and get_reader(elicit.judge).needs_judge
 
 
 def probe_prompts(questions: list[Question], n: int = 4, prompts_cfg: dict[str, Any] | None = None,
@@ -71,13 +73,13 @@ def probe_prompts(questions: list[Question], n: int = 4, prompts_cfg: dict[str, 
     return [ask.reasoned(q) for q in questions[:n]]
 
 
-def rollout(gen: "Backend", questions: list[Question], ctx: ReadContext, elicit: dict[str, Any],
+def rollout(gen: "Backend", questions: list[Question], ctx: ReadContext, elicit: Any,
             seed: int, temperature: float) -> Rollout:
     """Sample each question's trace (and snap answer) with ``gen``; read prior and posterior.
     The prompts are the set ``prompts.name`` (beliefs/prompts.py); the running-total columns
     (trace_cut, trace_last) exist only in the embedded format."""
-    world = ctx.world
-    ask = Prompts(ctx.config.get("prompts"), getattr(gen, "tokenizer", None))
+    world, elicit = ctx.world, elicit_section(elicit)
+    ask = Prompts(ctx.section("prompts"), getattr(gen, "tokenizer", None))
     reasoned = [ask.reasoned(q) for q in questions]
     trace = gen.sample(reasoned, ask.trace_tokens(world.n_clues), temperature, seed)
     raw = list(trace.texts)
@@ -93,30 +95,30 @@ def rollout(gen: "Backend", questions: list[Question], ctx: ReadContext, elicit:
         trace_last = [fmt.units_to_p(tt[-1], world.unit) if tt and len(tt) > 1 else None for tt in totals]
     snap = None
     snap_p: list[float | None] = none
-    if elicit["mode"] == "snap":
+    if elicit.mode == "snap":
         snap = gen.sample([ask.snap(q) for q in questions], ask.snap_tokens(), temperature, seed + 1)
         snap.texts = [ask.snap_text(t) for t in snap.texts]
         snap_p = [parse_p(t) for t in snap.texts]
         prior, posterior = snap_p, stated
-    elif elicit["mode"] == "samemode":
-        reader = get_reader(elicit["judge"])
+    elif elicit.mode == "samemode":
+        reader = get_reader(elicit.judge)
         prior = reader(ctx, questions, texts, k)
         posterior = reader(ctx, questions, texts, world.n_clues)
     else:
-        raise ValueError(f"elicit.mode: unknown mode {elicit['mode']!r}")
+        raise ValueError(f"elicit.mode: unknown mode {elicit.mode!r}")
     reads = None
     if ask.forced_prefix:
         forced = forced_columns(gen, ask, ctx, questions, reasoned, raw, texts, elicit, k, prior, posterior)
         head, reads = side_by_side({"prior": prior, "posterior": posterior, "stated": stated}, forced,
-                                   str(elicit.get("read", "verbal")))
+                                   elicit.read)
         prior, posterior, stated = head["prior"], head["posterior"], head["stated"]
-    elif elicit.get("read", "verbal") != "verbal":
-        raise ValueError(f"elicit.read={elicit['read']}: the prompt set has no prompts.forced_prefix")
+    elif elicit.read != "verbal":
+        raise ValueError(f"elicit.read={elicit.read}: the prompt set has no prompts.forced_prefix")
     return Rollout(questions, trace, snap, stated, snap_p, prior, posterior, trace_cut, trace_last, reads)
 
 
 def forced_columns(gen: "Backend", ask, ctx: ReadContext, questions: list[Question], reasoned: list[str],
-                   raw: list[str], texts: list[str], elicit: dict[str, Any], k: int,
+                   raw: list[str], texts: list[str], elicit: ElicitConfig, k: int,
                    prior: list[float | None], posterior: list[float | None]) -> dict[str, list]:
     """The forced read of each belief, (P, mass): the stated P after the reasoned trace (its own
     answer replaced by the prefix); the prior and posterior as the elicit mode reads them — the snap
@@ -124,10 +126,10 @@ def forced_columns(gen: "Backend", ask, ctx: ReadContext, questions: list[Questi
     and a reader that asks no model (oracle, trace) the same belief under either read."""
     prefix, floor = ask.forced_prefix, ask.forced_min_mass
     stated = forced_reads(gen, [answer_context(p, c, ask.embedded) for p, c in zip(reasoned, raw)], prefix, floor)
-    if elicit["mode"] == "snap":
+    if elicit.mode == "snap":
         return {"prior": forced_reads(gen, [ask.snap(q) for q in questions], prefix, floor),
                 "posterior": stated, "stated": stated}
-    forced = FORCED_READERS.get(elicit["judge"])
+    forced = FORCED_READERS.get(elicit.judge)
     if forced is None:
         return {"prior": [(p, None) for p in prior], "posterior": [(p, None) for p in posterior], "stated": stated}
     return {"prior": forced(ctx, questions, texts, k), "posterior": forced(ctx, questions, texts, ctx.world.n_clues),

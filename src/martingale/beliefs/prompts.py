@@ -16,13 +16,14 @@ from ..world import traces as fmt
 from ..world.synthetic import Question
 from .api_judge import blind
 from .parse import parse_p
+from .section import PromptsConfig, prompts_section
 
 EMBEDDED = "embedded"
 
 
-def is_embedded(prompts_cfg: dict[str, Any] | None) -> bool:
+def is_embedded(prompts_cfg: Any) -> bool:
     """Whether the prompt set is the embedded model's own format (no chat template)."""
-    return (prompts_cfg or {}).get("name", EMBEDDED) == EMBEDDED
+    return prompts_section(prompts_cfg).name == EMBEDDED
 
 
 def option(q: Question) -> str:
@@ -51,46 +52,46 @@ def cut_words(trace: str, fraction: float) -> str:
 class Prompts:
     """Renders the reasoned, snap and judge prompts of one prompt set for one tokenizer."""
 
-    def __init__(self, prompts_cfg: dict[str, Any] | None, tokenizer: Any = None):
-        self.cfg = prompts_cfg or {"name": EMBEDDED}
+    def __init__(self, prompts_cfg: Any, tokenizer: Any = None):
+        self.cfg: PromptsConfig = prompts_section(prompts_cfg)
         self.tokenizer = tokenizer
-        self.embedded = is_embedded(self.cfg)
+        self.embedded = self.cfg.name == EMBEDDED
 
     def fields(self, q: Question) -> dict[str, str]:
-        return fields(q, self.cfg.get("context_words"))
+        return fields(q, self.cfg.context_words)
 
     def _render(self, template: str, values: dict[str, str]) -> str:
         text = template.format(**values)
-        if not self.cfg.get("chat"):
+        if not self.cfg.chat:
             return text
         if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
-            raise ValueError(f"prompts.chat: the {self.cfg['name']} prompts ask for a chat template "
+            raise ValueError(f"prompts.chat: the {self.cfg.name} prompts ask for a chat template "
                              "and this model's tokenizer has none (set prompts.chat=false)")
         return self.tokenizer.apply_chat_template([{"role": "user", "content": text}],
                                                   add_generation_prompt=True, tokenize=False)
 
     # -- lengths, and the completion text as read (the embedded format's first word is in the prompt)
     def trace_tokens(self, n_steps: int) -> int:
-        return 4 * n_steps + 6 if self.embedded else int(self.cfg["max_new_tokens"])
+        return 4 * n_steps + 6 if self.embedded else int(self.cfg.max_new_tokens)
 
     def snap_tokens(self) -> int:
-        return 4 if self.embedded else int(self.cfg["snap_max_tokens"])
+        return 4 if self.embedded else int(self.cfg.snap_max_tokens)
 
     def judge_tokens(self) -> int:
-        return 1 if self.embedded else int(self.cfg["judge_max_tokens"])
+        return 1 if self.embedded else int(self.cfg.judge_max_tokens)
 
     @property
     def forced_prefix(self) -> str:
         """The answer's forced-read prefix ("" = the prompt set reads no forced answer)."""
-        return str(self.cfg.get("forced_prefix") or "")
+        return str(self.cfg.forced_prefix or "")
 
     @property
     def judge_forced_prefix(self) -> str:
-        return str(self.cfg.get("judge_forced_prefix") or "")
+        return str(self.cfg.judge_forced_prefix or "")
 
     @property
     def forced_min_mass(self) -> float:
-        return float(self.cfg.get("forced_min_mass", 0.5))
+        return float(self.cfg.forced_min_mass)
 
     def reasoned_text(self, completion: str) -> str:
         return "think " + completion if self.embedded else completion
@@ -107,12 +108,12 @@ class Prompts:
     def reasoned(self, q: Question) -> str:
         if self.embedded:
             return fmt.prompt(q) + " think"
-        return self._render(self.cfg["reasoned"], self.fields(q))
+        return self._render(self.cfg.reasoned, self.fields(q))
 
     def snap(self, q: Question) -> str:
         if self.embedded:
             return fmt.prompt(q) + " snap"
-        return self._render(self.cfg["snap"], self.fields(q))
+        return self._render(self.cfg.snap, self.fields(q))
 
     def snap_within(self, q: Question, max_tokens: int) -> str:
         """The snap prompt with the question's background cut to the most words that keep it within
@@ -138,4 +139,4 @@ class Prompts:
         cut there). Every probability the trace states is hidden from a template judge."""
         if self.embedded:
             return fmt.read_query(q, trace, k)
-        return self._render(self.cfg["judge"], {**self.fields(q), "trace": blind(cut_words(trace, k / max(1, n_steps)))})
+        return self._render(self.cfg.judge, {**self.fields(q), "trace": blind(cut_words(trace, k / max(1, n_steps)))})

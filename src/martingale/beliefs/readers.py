@@ -14,6 +14,7 @@ closed with the stage, its ``stats()`` written to the stage's metrics.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
@@ -25,6 +26,7 @@ from .api_judge import ApiJudge, JudgeConfig, blind
 from .forced import forced_reads
 from .parse import parse_p, parse_totals
 from .prompts import Prompts, is_embedded
+from .section import prompts_section
 
 if TYPE_CHECKING:   # the plan imports this module at parse time (schema.choices): no numpy here
     from ..world.synthetic import Question, SyntheticWorld
@@ -40,6 +42,11 @@ class ReadContext:
     batch_size: int = 512
     config: dict = field(default_factory=dict)      # the stage's config (readers with settings: judge.*)
     services: dict = field(default_factory=dict)    # clients readers opened (ctx.service)
+
+    def section(self, key: str) -> Any:
+        """The stage config's section ``key`` (a typed slice's attribute, or a mapping's key); None
+        where the config has none."""
+        return self.config.get(key) if isinstance(self.config, dict) else getattr(self.config, key, None)
 
     def service(self, name: str, make: Callable[[], Any]) -> Any:
         """The stage's one ``name`` client, made on first use."""
@@ -73,7 +80,7 @@ class Reader:
 
 
 READERS: Registry = Registry("reader")
-HELPERS = ("api_judge", "elicit", "forced", "parse", "prompts", "readers")   # modules of beliefs/ that declare no reader
+HELPERS = ("api_judge", "elicit", "forced", "parse", "prompts", "readers", "section")   # modules of beliefs/ that declare no reader
 
 
 def reader(name: str, needs_judge: bool = False, section: Optional[Section] = None) -> Callable[[ReadFn], ReadFn]:
@@ -100,7 +107,7 @@ def get_reader(name: str) -> Reader:
 def _judge_queries(ctx: ReadContext, questions: list[Question], texts: list[str], k: int):
     """(the prompt set, each trace's judge query after step k, the indices that have one): only a
     trace that reached step k in the expected shape can be cut there."""
-    ask = Prompts(ctx.config.get("prompts"), getattr(ctx.judge, "tokenizer", None))
+    ask = Prompts(ctx.section("prompts"), getattr(ctx.judge, "tokenizer", None))
     queries = [ask.judge(q, text, k, ctx.world.n_clues) for q, text in zip(questions, texts)]
     return ask, queries, [i for i, s in enumerate(queries) if s is not None]
 
@@ -142,7 +149,7 @@ FORCED_READERS: dict[str, Callable[..., list[tuple[float | None, float | None]]]
 @reader("trace")
 def read_trace(ctx: ReadContext, questions: list[Question], texts: list[str], k: int) -> list[float | None]:
     """The belief of the running total the trace writes at step k (the embedded format only)."""
-    if not is_embedded(ctx.config.get("prompts")):
+    if not is_embedded(ctx.section("prompts")):
         return [None] * len(texts)
     out: list[float | None] = []
     for text in texts:
@@ -162,8 +169,8 @@ def read_api(ctx: ReadContext, questions: list[Question], texts: list[str], k: i
     """``judge.model`` behind ``judge.base_url`` answers the prompt set's judge prompt after the
     trace cut at k, every probability the trace states hidden (api_judge.blind); a failed call is
     None. The server applies its own chat template (judge.chat), never the evaluated model's."""
-    client = ctx.service("api_judge", lambda: ApiJudge(ctx.config["judge"]))
-    ask = Prompts({**(ctx.config.get("prompts") or {}), "chat": False})
+    client = ctx.service("api_judge", lambda: ApiJudge(ctx.section("judge")))
+    ask = Prompts(dataclasses.replace(prompts_section(ctx.section("prompts")), chat=False))
     queries = [ask.judge(q, blind(text), k, ctx.world.n_clues) for q, text in zip(questions, texts)]
     todo = [i for i, s in enumerate(queries) if s is not None]
     out: list[float | None] = [None] * len(texts)
