@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from ..core.registry import Registry
 from ..core.settings import Section
+from ..core.typed import section_of
 from ..world import traces as fmt
 from .api_judge import ApiJudge, JudgeConfig, blind
 from .forced import forced_reads
@@ -46,7 +47,7 @@ class ReadContext:
     def section(self, key: str) -> Any:
         """The stage config's section ``key`` (a typed slice's attribute, or a mapping's key); None
         where the config has none."""
-        return self.config.get(key) if isinstance(self.config, dict) else getattr(self.config, key, None)
+        return section_of(self.config, key)
 
     def service(self, name: str, make: Callable[[], Any]) -> Any:
         """The stage's one ``name`` client, made on first use."""

@@ -98,3 +98,8 @@ def elicit_section(cfg: Any) -> ElicitConfig:
 def prompts_section(cfg: Any) -> PromptsConfig:
     """``cfg`` (a ``prompts`` section or its keys; None: the embedded set) as the typed PromptsConfig."""
     return typed(PromptsConfig, cfg if cfg is not None else {}, "prompts")
+
+
+def episode_prompts(cfg: Any) -> EpisodePromptsConfig:
+    """``cfg`` (``prompts.episode`` or its keys; None: the defaults) as the typed EpisodePromptsConfig."""
+    return typed(EpisodePromptsConfig, cfg if cfg is not None else {}, "prompts.episode")

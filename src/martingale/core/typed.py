@@ -92,3 +92,9 @@ def typed(cls: type, value: Any, where: str = "") -> Any:
             v = float(v)
         out[name] = v
     return _view(cls)(**out)
+
+
+def section_of(cfg: Any, key: str) -> Any:
+    """The section ``key`` of a config, whether a mapping (a composed config) or typed (a stage's
+    slice); None where it has none."""
+    return cfg.get(key) if isinstance(cfg, Mapping) else getattr(cfg, key, None)

@@ -24,8 +24,10 @@ from typing import Any, Callable, Optional
 
 from ..beliefs.forced import answer_context, forced_reads
 from ..beliefs.parse import parse_p, parse_r
+from ..beliefs.section import episode_prompts
 from ..core.errors import StageError
 from ..model.backend import render_chat
+from .section import simulate_section
 
 log = logging.getLogger("martingale.chat_episodes")
 
@@ -67,16 +69,16 @@ def lean_pct(lean: int, level: float) -> int:
     return round(100 * (level if lean > 0 else 1 - level))
 
 
-def setup(pairs: list[tuple[Any, int]], ep: dict[str, Any], fields: Callable[[Any], dict[str, str]],
+def setup(pairs: list[tuple[Any, int]], ep: Any, fields: Callable[[Any], dict[str, str]],
           mode: str, level: float) -> list[ChatEpisode]:
     """Each episode's opening: the human's persona and question; the instructor's system prompt."""
-    out = []
+    out, ep = [], episode_prompts(ep)
     for q, lean in pairs:
         f = fields(q)
-        human = [{"role": "system", "content": ep["human_system"].format(lean_pct=lean_pct(lean, level), opt=f["opt"])},
-                 {"role": "user", "content": ep["human_first"].format(**f)}]
+        human = [{"role": "system", "content": ep.human_system.format(lean_pct=lean_pct(lean, level), opt=f["opt"])},
+                 {"role": "user", "content": ep.human_first.format(**f)}]
         instructor = None if mode in NO_INSTRUCTOR else \
-            [{"role": "system", "content": ep["instructor"][mode].format(opt=f["opt"], question=f["question"])}]
+            [{"role": "system", "content": ep.instructor[mode].format(opt=f["opt"], question=f["question"])}]
         out.append(ChatEpisode(q, lean, human, instructor))
     return out
 
@@ -169,7 +171,7 @@ def _instructor_says(instructor: Any, conversations: list[Messages], max_tokens:
     return list(batch.texts), batch
 
 
-def play(human: Any, instructor: Any, episodes: list[ChatEpisode], ep: dict[str, Any], sim: dict[str, Any],
+def play(human: Any, instructor: Any, episodes: list[ChatEpisode], ep: Any, sim: Any,
          fields: Callable[[Any], dict[str, str]], reader: Reader, seed: int,
          assert_spoke: Callable[[list[str], int, str, bool], None], where: str = "simulate",
          strict: bool = True) -> Played:
@@ -178,11 +180,12 @@ def play(human: Any, instructor: Any, episodes: list[ChatEpisode], ep: dict[str,
     embedded episodes do). ``strict``: an instructor utterance that is empty fails
     (``assert_spoke``); else (a policy exploring while it trains) the episode is marked silent and
     its human reconsiders alone that turn, and only a turn where every utterance is empty fails."""
-    mode, base = sim["mode"], seed * 1000
-    h_temp, i_temp = float(sim["human_temperature"]), float(sim["instructor_temperature"])
-    reply_tokens, instr_tokens = int(ep["reply_max_tokens"]), int(ep["instructor_max_tokens"])
+    ep, sim = episode_prompts(ep), simulate_section(sim)
+    mode, base = sim.mode, seed * 1000
+    h_temp, i_temp = float(sim.human_temperature), float(sim.instructor_temperature)
+    reply_tokens, instr_tokens = int(ep.reply_max_tokens), int(ep.instructor_max_tokens)
     out = Played(episodes, silent=[False] * len(episodes))
-    t0, turns = time.perf_counter(), int(sim["turns"])
+    t0, turns = time.perf_counter(), int(sim.turns)
 
     def progress(turn: int) -> None:   # one line a turn: a CPU's episodes take minutes
         read = sum(e.p[-1] is not None for e in episodes)
@@ -193,13 +196,13 @@ def play(human: Any, instructor: Any, episodes: list[ChatEpisode], ep: dict[str,
     for turn in range(1, turns + 1):
         batch = None
         if mode in NO_INSTRUCTOR:
-            ask = ep["human_alone"] if mode == "none" else ep["human_reask"]
+            ask = ep.human_alone if mode == "none" else ep.human_reask
             for e in episodes:
                 e.human.append({"role": "user", "content": ask.format(opt=fields(e.q)["opt"])})
         else:
             for e in episodes:
                 f = fields(e.q)
-                e.instructor.append({"role": "user", "content": ep["instructor_turn"].format(
+                e.instructor.append({"role": "user", "content": ep.instructor_turn.format(
                     **f, human_message=e.human[-1]["content"], p=_fmt_p(e.p[-1], reader.scale))})
             said, batch = _instructor_says(instructor, [e.instructor for e in episodes], instr_tokens, i_temp,
                                            base + 10 * turn + 1)
@@ -210,10 +213,10 @@ def play(human: Any, instructor: Any, episodes: list[ChatEpisode], ep: dict[str,
                 e.transcript.append({"turn": turn, "role": "instructor", "text": text})
                 opt = fields(e.q)["opt"]
                 if text.strip():
-                    e.human.append({"role": "user", "content": ep["human_turn"].format(message=text.strip(), opt=opt)})
+                    e.human.append({"role": "user", "content": ep.human_turn.format(message=text.strip(), opt=opt)})
                 else:               # silence (strict=False): the human reconsiders alone
                     out.silent[i] = True
-                    e.human.append({"role": "user", "content": ep["human_alone"].format(opt=opt)})
+                    e.human.append({"role": "user", "content": ep.human_alone.format(opt=opt)})
         out.turns.append(batch)
         _human_turn(human, episodes, reader, turn, reply_tokens, h_temp, base + 10 * turn, where)
         progress(turn)

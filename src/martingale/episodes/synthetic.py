@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from ..core.registry import Registry
 from ..world.synthetic import expit, logit
 from ..world.traces import MAX_TOTAL, fmt_int, prompt
+from .section import simulate_section
 
 if TYPE_CHECKING:   # numpy (and the world, which imports it) where used: the schema lists MODES at parse time
     import numpy as np
@@ -85,12 +86,13 @@ def lean_window(world: SyntheticWorld, target: float, tol: float, rng: np.random
                      f"{tol} of {target} in {LEAN_DRAWS * LEAN_TRIES} draws (widen simulate.lean_tol)")
 
 
-def setup(world: SyntheticWorld, questions: list[Question], sim: dict, seed: int) -> list[Episode]:
+def setup(world: SyntheticWorld, questions: list[Question], sim: Any, seed: int) -> list[Episode]:
     """An episode per question: the lean alternates within each outcome (balanced lean × outcome
     cells), the lean window and the pool are seeded by (seed, question index): the same episodes
     under every mode, so two modes pair question by question."""
     import numpy as np
-    lean, tol, pool = float(sim["lean"]), float(sim["lean_tol"]), int(sim["pool"])
+    sim = simulate_section(sim)
+    lean, tol, pool = float(sim.lean), float(sim.lean_tol), int(sim.pool)
     count = {0: 0, 1: 0}
     episodes = []
     for i, q in enumerate(questions):
