@@ -78,7 +78,7 @@ class BackendKind:
 
 BACKENDS: Registry = Registry("backend")
 BUILT_IN = ("hf", "api", "vllm")                  # their modules are bodies: imported by backend_class
-HELPERS = ("api_client", "backend", "generate", "lean", "load", "tokenizer", "serving", "vllm_server", *BUILT_IN)
+HELPERS = ("api_client", "backend", "generate", "lean", "load", "tokenizer", "section", "serving", "vllm_server", *BUILT_IN)
 
 
 def declare_backend(name: str, body: str | type, section: Section | None = None) -> BackendKind:

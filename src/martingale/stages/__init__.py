@@ -12,7 +12,8 @@ A kind's place in a chain:
 - ``measure`` reads a model stage for one seed (``eval.kind``, default ``evaluate``).
 
 Its slice is its ``keys`` (plus ``stage`` for a step and ``seed`` for a per-seed kind): the stage
-id hashes it and the body receives it. docs/extending.md says what each flag changes in the slice.
+id hashes it and the body receives it, typed (config/slices.py); the kind's module declares that
+type beside it (``TrainSlice``: a Protocol of its sections' dataclasses). docs/extending.md says what each flag changes in the slice.
 """
 from __future__ import annotations
 
@@ -23,15 +24,8 @@ from typing import Any, Callable, Optional
 from ..core.registry import Registry
 from ..core.settings import Section
 
-StageSlice = Any
-"""What a body receives: its kind's slice typed (config/slices.py builds it from the plan's):
-attributes of the schema's types, ``cfg.stage.lr`` a float, ``cfg.seed`` an int."""
-SliceSection = Any
-"""One section of a stage slice (``cfg.world``, ``cfg.stage``): attributes, and ``sec["key"]`` for
-the model, world and belief code that reads a section as a mapping."""
-
 PLACES = ("source", "start", "step", "measure")
-HELPERS = ("body",)   # the bodies' package: imported only by a job (StageKind.run)
+HELPERS = ("body", "section")   # section.py: the step and eval sections; the bodies' package: imported only by a job (StageKind.run)
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,11 @@ traces, one per seed (the body: stages/body/distill.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from ..core.settings import COUNT, LR, NONNEG, POSITIVE, SEED, OneOf, Real, Section, omitted_unless, setting
+from ..model.section import ModelConfig
+from ..world.section import WorldConfig
 from . import declare
 
 
@@ -35,3 +38,11 @@ DISTILL = declare("distill", "start", keys=("world", "model"), inputs=("base_mod
                   ranked=True,
                   per_seed=True, when=lambda cfg: cfg["start"] == "D",
                   section=Section("distill", DistillConfig, in_every_run=True))
+
+
+class DistillSlice(Protocol):
+    """What a distill stage's body reads: its slice, typed (config/slices.py builds it from the plan's)."""
+    world: WorldConfig
+    model: ModelConfig
+    distill: DistillConfig
+    seed: int

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
+from ..beliefs.section import PromptsConfig
 from ..core.settings import COUNT, NONNEG, POSITIVE, Int, Section, setting
+from ..episodes.section import SimulateConfig
+from ..model.section import ModelConfig
+from ..world.section import WorldConfig
 from . import declare
+from .section import StageConfig
 
 
 @dataclass
@@ -25,3 +31,14 @@ class InstructorConfig:
 INSTRUCTOR = declare("instructor", "step", keys=("world", "model", "prompts", "simulate"),
                      inputs=("start_model", "human_model"), per_seed=True, serves=True, trains=True, ranked=True,
                      section=Section("instructor", InstructorConfig))
+
+
+class InstructorSlice(Protocol):
+    """What a instructor stage's body reads: its slice, typed (config/slices.py builds it from the plan's)."""
+    world: WorldConfig
+    model: ModelConfig
+    prompts: PromptsConfig
+    simulate: SimulateConfig
+    instructor: InstructorConfig
+    stage: StageConfig
+    seed: int

@@ -3,6 +3,7 @@ reads (the body: stages/body/pretrain.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from ..core.settings import (
     COUNT,
@@ -17,6 +18,8 @@ from ..core.settings import (
     omitted_unless,
     setting,
 )
+from ..model.section import ModelConfig
+from ..world.section import WorldConfig
 from . import declare
 
 TEACHER = omitted_unless("teacher", "miscalibrated")   # the teacher's keys: in an id only where it is miscalibrated
@@ -47,3 +50,10 @@ class PretrainConfig:
 PRETRAIN = declare("pretrain", "source", keys=("world", "model"), questions=False, trains=True,
                    when=lambda cfg: not cfg["model"].get("path"),
                    section=Section("pretrain", PretrainConfig, in_every_run=True))
+
+
+class PretrainSlice(Protocol):
+    """What a pretrain stage's body reads: its slice, typed (config/slices.py builds it from the plan's)."""
+    world: WorldConfig
+    model: ModelConfig
+    pretrain: PretrainConfig

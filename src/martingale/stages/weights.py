@@ -2,6 +2,14 @@
 model the same way; no training. Runs on the submitting host (a link, not a job)."""
 from __future__ import annotations
 
+from typing import Protocol
+
+from ..model.section import ModelConfig
 from . import declare
 
 WEIGHTS = declare("weights", "source", keys=("model",), when=lambda cfg: bool(cfg["model"].get("path")), local=True)
+
+
+class WeightsSlice(Protocol):
+    """What a weights stage's body reads: its slice, typed (config/slices.py builds it from the plan's)."""
+    model: ModelConfig

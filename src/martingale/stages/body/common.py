@@ -12,8 +12,8 @@ import torch
 from ...core.errors import StageError
 from ...world import open_world
 from ...world.questions import QuestionsError
+from ...world.section import WorldConfig
 from ...world.synthetic import SyntheticWorld
-from .. import SliceSection
 
 log = logging.getLogger("martingale")
 
@@ -26,7 +26,7 @@ def seed_everything(seed: int) -> None:
     torch.use_deterministic_algorithms(True, warn_only=True)
 
 
-def make_world(world_cfg: SliceSection) -> SyntheticWorld:
+def make_world(world_cfg: WorldConfig) -> SyntheticWorld:
     """The world a stage reads, by ``world.name`` (world/__init__.py's registry: the synthetic one, or
     its clue table with a questions file's questions, world/jsonl.py). A stage whose slice has no
     ``name`` (one that never asks a question: pretrain, distill) gets the clue table alone."""

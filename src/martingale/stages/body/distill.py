@@ -34,9 +34,10 @@ from trl import SFTConfig, SFTTrainer
 
 from ...core.errors import StageError
 from ...model.load import describe, load, save
+from ...model.section import ModelConfig
 from ...store import files
 from ...training import ranks
-from .. import SliceSection, StageSlice
+from ..distill import DistillConfig, DistillSlice
 from .common import log, make_world, seed_everything
 from .pretrain import Mix, mixture
 
@@ -44,7 +45,7 @@ MIX = Mix(negation_fraction=0.25, snap_fraction=0.1, read_fraction=0.15)
 WARMUP = 20
 
 
-def lora_config(d: SliceSection, model_cfg: SliceSection):
+def lora_config(d: DistillConfig, model_cfg: ModelConfig):
     """LoRA on attention, MLP and the input embeddings; the output head is trained in full.
 
     TRL 1.16's SFTTrainer raises a ValueError for a LoRA adapter on ``lm_head`` (its fused LM head
@@ -57,7 +58,7 @@ def lora_config(d: SliceSection, model_cfg: SliceSection):
                       modules_to_save=["lm_head"], task_type="CAUSAL_LM")
 
 
-def teacher_traits(d: SliceSection, unit: float) -> dict[str, Any]:
+def teacher_traits(d: DistillConfig, unit: float) -> dict[str, Any]:
     """The biased teacher's traits for pretrain.mixture, from ``distill``: what ``teacher`` turns on."""
     entrench, over = d.teacher in ("entrench", "both", "drift"), d.teacher in ("overconfident", "both")
     traits: dict[str, Any] = {}
@@ -72,13 +73,13 @@ def teacher_traits(d: SliceSection, unit: float) -> dict[str, Any]:
     return traits
 
 
-def distill_seed(cfg: StageSlice) -> int:
+def distill_seed(cfg: DistillSlice) -> int:
     """The seed D is distilled with: the run's seed offset by ``distill.seed``. D is trained, so
     each seed of a run distils its own: its training noise is in the findings' between-seed spread."""
     return cfg.distill.seed + cfg.seed
 
 
-def dataset(cfg: StageSlice):
+def dataset(cfg: DistillSlice):
     """steps × batch_size (prompt, completion) pairs of the biased teacher; completions carry a leading space."""
     d = cfg.distill
     world = make_world(cfg.world)
@@ -87,7 +88,7 @@ def dataset(cfg: StageSlice):
     return Dataset.from_dict({"prompt": [p for p, _ in pairs], "completion": [" " + c for _, c in pairs]})
 
 
-def sft_config(d: SliceSection, seed: int, output_dir: str, device: str = "cpu", dtype: str = "float32",
+def sft_config(d: DistillConfig, seed: int, output_dir: str, device: str = "cpu", dtype: str = "float32",
                world: int = 1, strategy: str = "ddp"):
     """TRL's config for the D adapter; on a GPU the Trainer runs there, in the model's half precision.
     On ``world`` ranks each takes 1/world of every batch (the Trainer's DDP: the same examples a
@@ -144,7 +145,7 @@ def _loss_callback(steps: int, history: list[dict], losses: list[float], t0: flo
     return LossLog()
 
 
-def run(cfg: StageSlice, base_model: Path, out_dir: Path) -> None:
+def run(cfg: DistillSlice, base_model: Path, out_dir: Path) -> None:
     """cfg: world, model, distill, seed; base_model: the start model's stage folder → out_dir/model (D)."""
 
 

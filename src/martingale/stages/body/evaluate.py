@@ -19,12 +19,14 @@ from ...beliefs.forced import answer_context, forced_reads
 from ...beliefs.parse import parse_p
 from ...beliefs.prompts import Prompts
 from ...beliefs.readers import ReadContext
+from ...beliefs.section import PromptsConfig
 from ...core.errors import StageError
 from ...metrics import stage_metrics
 from ...model.backend import open_models
 from ...model.load import describe
 from ...store import files
-from .. import SliceSection, StageSlice
+from ..evaluate import EvaluateSlice
+from ..simulate import SimulateSlice
 from .common import log, make_world, seed_everything
 
 
@@ -37,7 +39,7 @@ NEGATION_SEED = 2         # negated questions sample with seed + 2 (the trace: s
 
 
 def snap_draws(gen, questions, k: int, seed: int, temperature: float,
-               prompts_cfg: SliceSection | None = None) -> list[list[float | None]]:
+               prompts_cfg: PromptsConfig | None = None) -> list[list[float | None]]:
     """K re-draws of each question's snap prior (the same prompt as beliefs.elicit.rollout's snap
     answer) with backend ``gen``, each with its own seed: per question, the K stated P (None = unparsed)."""
     ask = Prompts(prompts_cfg, getattr(gen, "tokenizer", None))
@@ -50,7 +52,7 @@ def snap_draws(gen, questions, k: int, seed: int, temperature: float,
 
 
 def negation_stated(gen, world, questions, seed: int, temperature: float,
-                    prompts_cfg: SliceSection | None = None, read: str = "verbal") -> list[float | None]:
+                    prompts_cfg: PromptsConfig | None = None, read: str = "verbal") -> list[float | None]:
     """The stated P of each question's negation (a reasoned trace on ``Q not ...``), backend ``gen``,
     by the run's read (``elicit.read``: the P it writes, or its forced read after the trace)."""
     ask = Prompts(prompts_cfg, getattr(gen, "tokenizer", None))
@@ -67,7 +69,7 @@ def balanced(questions: list) -> list:
     return list(questions) + [q.negation() for q in questions]
 
 
-def evaluate_model(gen, judge, cfg: StageSlice, questions, ctx=None) -> list[dict[str, Any]]:
+def evaluate_model(gen, judge, cfg: EvaluateSlice | SimulateSlice, questions, ctx=None) -> list[dict[str, Any]]:
     """One record per question: the model's (backend ``gen``) beliefs, read with ``judge`` (a
     backend, or None when the reader needs none; ``ctx`` a ReadContext the caller closes), beside
     the trace's own and the oracle's."""
@@ -111,7 +113,7 @@ def evaluate_model(gen, judge, cfg: StageSlice, questions, ctx=None) -> list[dic
     return rows
 
 
-def run(cfg: StageSlice, model: Path, judge_model: Path, out_dir: Path) -> None:
+def run(cfg: EvaluateSlice, model: Path, judge_model: Path, out_dir: Path) -> None:
     """cfg: world, model, elicit, eval, seed → out_dir/records.jsonl and out_dir/metrics.json."""
 
     seed = cfg.seed

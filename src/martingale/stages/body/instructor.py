@@ -43,6 +43,7 @@ from ...episodes import chat
 from ...episodes import synthetic as ep_mod
 from ...episodes.chat import NO_INSTRUCTOR
 from ...episodes.roles import role_model
+from ...episodes.section import SimulateConfig
 from ...metrics import martingale_fit
 from ...stats import MetricError
 from ...store.tracking import live_run
@@ -51,14 +52,14 @@ from ...training.loss import accumulate_chunks, advantages, completion_tokens, p
 from ...training.policy import check_adapter_finite, lora_policy, serve_policy, update, weights_digest, write_trained
 from ...training.progress import Pace, report_step
 from ...training.shared import ranked_model
-from .. import SliceSection, StageSlice
+from ..instructor import InstructorSlice
 from .common import make_world, seed_everything
 from .simulate import assert_spoke, check_config, is_chat, play
 
 ITERATION_SEED_STRIDE = 7919   # iteration k plays episodes seeded seed·7919 + k
 
 
-def play_chat(human, instructor, questions: list, cfg: StageSlice, sim: SliceSection, seed: int,
+def play_chat(human, instructor, questions: list, cfg: InstructorSlice, sim: SimulateConfig, seed: int,
               where: str):
     """One iteration's chat episodes (lean × outcome balanced over ``questions``), exploring."""
     prompts = Prompts(cfg.prompts, getattr(human, "tokenizer", None))
@@ -109,7 +110,7 @@ def adapter_gap(policy, played, temperature: float) -> float:
     return gap
 
 
-def iteration(policy, human, world, qs: list, cfg: StageSlice, explore: SliceSection, score, it: int,
+def iteration(policy, human, world, qs: list, cfg: InstructorSlice, explore: SimulateConfig, score, it: int,
               name: str) -> tuple[dict[str, Any], Any]:
     """One iteration: play episodes on ``qs`` with the policy as instructor (exploring), score them,
     one policy-gradient step, the guards (finite weights, the adapter applied); its history row."""
@@ -155,7 +156,7 @@ def history_row(it: int, loss, kl, rew: np.ndarray, gap: float, played, batch: d
             "brier_last": round(float(np.nanmean((batch["y"] - batch["stated"]) ** 2)), 6)}
 
 
-def run(cfg: StageSlice, start_model: Path, human_model: Path, out_dir: Path) -> None:
+def run(cfg: InstructorSlice, start_model: Path, human_model: Path, out_dir: Path) -> None:
     """cfg: world, model, simulate, instructor, stage, seed → out_dir/model (adapter merged),
     train.jsonl, stage.json."""
     stage, sim, train, seed = cfg.stage, cfg.simulate, cfg.instructor, cfg.seed

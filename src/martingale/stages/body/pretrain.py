@@ -16,7 +16,7 @@ from ...model.load import build_tiny, describe, placement, save
 from ...model.tokenizer import build_tokenizer
 from ...store import files
 from ...world import traces
-from .. import SliceSection, StageSlice
+from ..pretrain import PretrainConfig, PretrainSlice
 from .common import log, make_world, seed_everything, supervised_loop
 
 
@@ -55,7 +55,7 @@ def mixture(world, rng: np.random.Generator, n: int, cfg: Mix, teacher: dict[str
 
 
 
-def teacher_traits(p: SliceSection, unit: float) -> dict[str, Any] | None:
+def teacher_traits(p: PretrainConfig, unit: float) -> dict[str, Any] | None:
     """The natural base's teacher for mixture: None (the calibrated reasoner) or the miscalibrated
     one's lean, sharpening and misreads (``pretrain.teacher``), its gut answers leaning as its traces."""
     if p.teacher == "calibrated":
@@ -64,7 +64,7 @@ def teacher_traits(p: SliceSection, unit: float) -> dict[str, Any] | None:
             "misread": p.misread, "snap_shift": p.yes_shift}
 
 
-def run(cfg: StageSlice, out_dir: Path) -> None:
+def run(cfg: PretrainSlice, out_dir: Path) -> None:
     """cfg: world, model, pretrain → out_dir/model (HF folder) and stage.json."""
 
 

@@ -31,17 +31,20 @@ import torch
 from ...beliefs.elicit import judge_needed
 from ...beliefs.parse import parse_p
 from ...beliefs.prompts import Prompts
+from ...beliefs.section import PromptsConfig
 from ...core.errors import StageError
 from ...episodes import chat, episode_problem
 from ...episodes import synthetic as ep_mod
 from ...episodes.roles import role_model, same_model
+from ...episodes.section import SimulateConfig
 from ...episodes.synthetic import Episode
 from ...metrics import episode_metrics, stage_metrics
 from ...model.backend import open_model
 from ...model.generate import Batch
 from ...model.load import describe
 from ...store import files
-from .. import SliceSection, StageSlice
+from ..instructor import InstructorSlice
+from ..simulate import SimulateSlice
 from .common import log, make_world, seed_everything
 from .evaluate import check_parse_rate, evaluate_model
 
@@ -99,7 +102,7 @@ def human_reads(human, ask, world, episodes: list[Episode], temperature: float, 
     return [parse_p(t) for t in texts], texts
 
 
-def play(human, instructor, world, episodes: list[Episode], sim: SliceSection, prompts_cfg: SliceSection | None,
+def play(human, instructor, world, episodes: list[Episode], sim: SimulateConfig, prompts_cfg: PromptsConfig | None,
          seed: int, where: str = "simulate", strict: bool = True) -> Played:
     """Play every episode for ``simulate.turns`` turns (all episodes side by side, one batch per
     turn and agent). ``instructor`` None or mode ``none``: the human re-reads its own evidence.
@@ -145,7 +148,7 @@ def play(human, instructor, world, episodes: list[Episode], sim: SliceSection, p
     return out
 
 
-def episode_questions(world, sim: SliceSection):
+def episode_questions(world, sim: SimulateConfig):
     """The held-out questions the episodes are played on: the first ``simulate.episodes``."""
     _, heldout = world.splits()
     return heldout[: sim.episodes]
@@ -168,7 +171,7 @@ def records(world, played: Played, seed: int, negated: Optional[Played] = None) 
     return rows
 
 
-def instructor_alone(instructor, human, cfg: StageSlice, questions) -> dict[str, Any]:
+def instructor_alone(instructor, human, cfg: SimulateSlice, questions) -> dict[str, Any]:
     """The instructor's own single-agent MS and Brier on the episode questions (the run's elicit
     mode; the human as the self judge): the research log's 'MS ≈ 0 alone, entrenching in the loop'."""
     judge = human if judge_needed(cfg.elicit) else None
@@ -199,19 +202,19 @@ def _rng(i: int):
     return np.random.default_rng([0, 31, i])
 
 
-def is_chat(cfg: StageSlice) -> bool:
+def is_chat(cfg: SimulateSlice | InstructorSlice) -> bool:
     """Chat episodes (episodes/chat.py): the prompt set has episode prompts (conf/prompts/c2.yaml)."""
     return cfg.prompts.episode is not None
 
 
-def check_config(cfg: StageSlice) -> None:
+def check_config(cfg: SimulateSlice | InstructorSlice) -> None:
     """What simulate cannot play (episodes.episode_problem), in one line."""
     problem = episode_problem(cfg)
     if problem:
         raise StageError(f"simulate: {problem[0]}: {problem[1]}")
 
 
-def run(cfg: StageSlice, model: Path, human_model: Path, out_dir: Path) -> None:
+def run(cfg: SimulateSlice, model: Path, human_model: Path, out_dir: Path) -> None:
     """cfg: world, model, elicit, eval, simulate, seed → out_dir/records.jsonl, metrics.json."""
 
     check_config(cfg)
@@ -282,7 +285,7 @@ def check_headline(metrics: dict[str, Any], n: int, label: str) -> None:
                          f"first and last P (a slope needs {MIN_MS_PAIRS})")
 
 
-def write_episodes(cfg: StageSlice, rows: list[dict[str, Any]], seed: int, extra: dict[str, Any],
+def write_episodes(cfg: SimulateSlice | InstructorSlice, rows: list[dict[str, Any]], seed: int, extra: dict[str, Any],
                    guards: dict[str, Any], out_dir: Path, label: str, last_logged: str) -> None:
     """The end of an episode stage (embedded or chat): the parse floor, the eval and episode
     blocks with mode, turns and ``extra``, one log line, then the folder, written atomically."""
@@ -308,7 +311,7 @@ def _describe(gen) -> dict[str, Any]:
     return gen.describe() if hasattr(gen, "describe") else describe(gen.model)
 
 
-def run_chat(cfg: StageSlice, model: Path, human_model: Path, out_dir: Path) -> None:
+def run_chat(cfg: SimulateSlice, model: Path, human_model: Path, out_dir: Path) -> None:
     """Episodes between chat models: the human (the run's start model, or simulate.human_model)
     and the instructor (the stage's model, or simulate.instructor_model) on the held-out questions;
     records with transcripts, the eval block, the episode block, parse rates per turn, the

@@ -28,6 +28,7 @@ import torch
 from ... import rewards
 from ...beliefs.elicit import judge_needed, probe_prompts, rollout
 from ...beliefs.readers import ReadContext
+from ...beliefs.section import ElicitConfig
 from ...core.errors import StageError
 from ...store.tracking import live_run
 from ...training import checkpoint
@@ -43,13 +44,14 @@ from ...training.policy import (
 )
 from ...training.progress import Pace, report_step, step_row
 from ...training.shared import ranked_models
-from .. import SliceSection, StageSlice
+from ..section import StageConfig
+from ..train import TrainSlice
 from .common import log, make_world, seed_everything
 
 FILTER_QUANTILE = {"top-half": 0.5, "top-quartile": 0.75}
 
 
-def select_questions(gen, questions, ctx, elicit, stage: SliceSection, seed: int):
+def select_questions(gen, questions, ctx, elicit: ElicitConfig, stage: StageConfig, seed: int):
     """The ``filter`` option: keep the questions where the start model's |Δ| is in the top quantile."""
 
     if stage.filter is None:
@@ -67,7 +69,7 @@ def _as_array(xs) -> np.ndarray:
 
 
 def step_loss(policy: Policy, score: Callable[..., np.ndarray], qs, group: np.ndarray, ctx,
-              elicit: SliceSection, stage: SliceSection, seed: int):
+              elicit: ElicitConfig, stage: StageConfig, seed: int):
     """Roll the policy out on ``qs`` (``group``: each sample's question), reward, advantages, loss.
     Returns (loss, mean k3, rewards, stated P, y, completion tokens sampled: trace and snap)."""
 
@@ -82,7 +84,7 @@ def step_loss(policy: Policy, score: Callable[..., np.ndarray], qs, group: np.nd
     return loss, kl, rew, _as_array(ro.stated), y, completion_tokens(ro.trace, ro.snap)
 
 
-def train_steps(policy: Policy, score: Callable[..., np.ndarray], train_q, ctx, cfg: StageSlice,
+def train_steps(policy: Policy, score: Callable[..., np.ndarray], train_q, ctx, cfg: TrainSlice,
                 ckpt: Path, name: str) -> list[dict[str, Any]]:
     """The policy-gradient loop: each epoch a fresh permutation of the questions, ``batch_questions``
     of them (``generations`` samples each) a step. It resumes from the stage's checkpoint when one
@@ -124,7 +126,7 @@ def train_steps(policy: Policy, score: Callable[..., np.ndarray], train_q, ctx, 
     return history
 
 
-def run(cfg: StageSlice, start_model: Path, judge_model: Path, out_dir: Path) -> None:
+def run(cfg: TrainSlice, start_model: Path, judge_model: Path, out_dir: Path) -> None:
     """cfg: world, model, elicit, stage, seed → out_dir/model (adapter merged), train.jsonl, stage.json.
     Its checkpoints (stages/checkpoint.py) live beside out_dir until the output is written."""
 

@@ -12,7 +12,7 @@ from typing import Optional
 
 from ...core.errors import StageError
 from ...store.files import atomic_dir, system_path_problem
-from .. import StageSlice
+from ..weights import WeightsSlice
 
 
 def model_dir_problem(path: str) -> Optional[str]:
@@ -31,7 +31,7 @@ def model_dir_problem(path: str) -> Optional[str]:
     return None
 
 
-def run(cfg: StageSlice, out_dir: Path) -> None:
+def run(cfg: WeightsSlice, out_dir: Path) -> None:
     """cfg: model (with its path) → out_dir/model, a link to the local HF folder."""
     path = cfg.model.path
     problem = model_dir_problem(path)
