@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import StageError
+from ..core.typed import section_of
 from .api_client import ApiClient, choice_text
 from .backend import implements
+from .section import WHERE, model_section
 
 NO_TOKENS = ("model.backend=api returns chat text, not token ids or log-probs: it plays an episode's role "
              "(simulate.human_model / instructor_model) with elicit.read=verbal; train, evaluate and the "
@@ -29,12 +31,12 @@ class ApiBackend:
     tokenizer = None     # no local tokenizer: conversations go as messages
 
     def __init__(self, model_cfg: dict[str, Any], where: str = "model.api"):
-        self.cfg = model_cfg
-        self.client = ApiClient(model_cfg["api"], where)
+        self.cfg = model_section(model_cfg)
+        self.client = ApiClient(self.cfg.api, where)
 
     @classmethod
     def load(cls, folder: Path | str, model_cfg: dict[str, Any]) -> "ApiBackend":
-        return cls(model_cfg, str(model_cfg.get("_where") or "model.api"))
+        return cls(model_cfg, str(section_of(model_cfg, WHERE) or "model.api"))
 
     @property
     def model(self) -> Any:
@@ -42,7 +44,7 @@ class ApiBackend:
 
     def body(self, messages: list[dict[str, str]], max_new_tokens: int, temperature: float, seed: int) -> dict[str, Any]:
         """One request: the conversation, its length cap, temperature and seed (all in the cache key)."""
-        return {"model": str(self.cfg["api"]["model"]), "messages": messages, "max_tokens": int(max_new_tokens),
+        return {"model": str(self.cfg.api.model), "messages": messages, "max_tokens": int(max_new_tokens),
                 "temperature": float(temperature), "seed": int(seed)}
 
     def chat(self, conversations: list[list[dict[str, str]]], max_new_tokens: int, temperature: float,
@@ -54,7 +56,7 @@ class ApiBackend:
 
     def describe(self) -> dict[str, Any]:
         """What played the role, for the stage's record (never the key or the address's secrets)."""
-        return {"backend": "api", "api_model": str(self.cfg["api"]["model"])}
+        return {"backend": "api", "api_model": str(self.cfg.api.model)}
 
     def stats(self) -> dict[str, Any]:
         return self.client.stats()

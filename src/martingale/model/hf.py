@@ -9,6 +9,7 @@ import torch
 from .backend import chat_by_template, implements
 from .generate import Batch, greedy_next, next_token_logprobs, sample, token_logprobs
 from .load import load
+from .section import model_section
 
 
 @implements("hf")
@@ -22,7 +23,7 @@ class HFBackend:
 
     @classmethod
     def load(cls, folder: Path | str, model_cfg: dict[str, Any]) -> "HFBackend":
-        return cls(*load(folder, model_cfg), batch_size=int(model_cfg.get("generate_batch") or 0))
+        return cls(*load(folder, model_cfg), batch_size=int(model_section(model_cfg).generate_batch or 0))
 
     def sample(self, prompts: list[str], max_new_tokens: int, temperature: float, seed: int) -> "Batch":
         return sample(self.model, self.tokenizer, prompts, max_new_tokens, temperature, seed, self.batch_size)

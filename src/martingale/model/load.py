@@ -9,19 +9,21 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llama
 
 from ..core.errors import StageError
 from ..store.provenance import record_weights
+from .section import model_section
 
 
-def build_tiny(model_cfg: dict[str, Any], tokenizer) -> LlamaForCausalLM:
+def build_tiny(model_cfg: Any, tokenizer) -> LlamaForCausalLM:
     """A Llama-architecture causal LM sized by the model config (untied embeddings: D's LoRA
     adapts the input and output embeddings separately)."""
+    m = model_section(model_cfg)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=int(model_cfg["hidden_size"]),
-        intermediate_size=int(model_cfg["intermediate_size"]),
-        num_hidden_layers=int(model_cfg["num_layers"]),
-        num_attention_heads=int(model_cfg["num_heads"]),
-        num_key_value_heads=int(model_cfg["num_heads"]),
-        max_position_embeddings=int(model_cfg["max_length"]),
+        hidden_size=int(m.hidden_size),
+        intermediate_size=int(m.intermediate_size),
+        num_hidden_layers=int(m.num_layers),
+        num_attention_heads=int(m.num_heads),
+        num_key_value_heads=int(m.num_heads),
+        max_position_embeddings=int(m.max_length),
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -35,18 +37,18 @@ def model_dir(stage_dir: Path | str) -> Path:
     return Path(stage_dir) / "model"
 
 
-def placement(model_cfg: dict[str, Any] | None) -> tuple[torch.device, torch.dtype]:
+def placement(model_cfg: Any) -> tuple[torch.device, torch.dtype]:
     """(device, dtype) from ``model.device`` and ``model.dtype``: ``auto`` puts the model on CUDA
     when a GPU is visible, and ``dtype: auto`` is bfloat16 there and float32 on a CPU. Asking for
     CUDA where there is none fails the stage (it would otherwise run on the CPU for days)."""
-    cfg = model_cfg or {}
-    want = str(cfg.get("device", "auto"))
+    m = model_section(model_cfg)
+    want = str(m.device)
     has_cuda = torch.cuda.is_available()
     if want == "cuda" and not has_cuda:
         raise StageError("model.device=cuda but torch sees no CUDA device on this machine "
                          "(set model.device=auto or cpu, or run the stage on a GPU node)")
     device = torch.device("cuda" if want == "cuda" or (want == "auto" and has_cuda) else "cpu")
-    name = str(cfg.get("dtype", "float32"))
+    name = str(m.dtype)
     if name == "auto":
         name = "bfloat16" if device.type == "cuda" else "float32"
     return device, getattr(torch, name)

@@ -4,9 +4,13 @@ section under it (``model.vllm``, ``model.api``: backend.declare_backend); the c
 assembles the whole ``model`` section from both."""
 from __future__ import annotations
 
+import dataclasses
+import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
+from ..core.registry import epoch
 from ..core.settings import (
     COUNT,
     OMIT,
@@ -24,6 +28,8 @@ from ..core.settings import (
     set_where,
     setting,
 )
+from ..core.typed import typed
+from .backend import backend_sections
 
 
 @dataclass
@@ -87,3 +93,24 @@ class ModelConfig:
         "backend vllm: a server you run (served as model.name); null = one per stage", in_id=serving)
     resources: Resources = section(Resources, in_id=placement)
     distributed: Distributed = section(Distributed, in_id=_ranked)
+
+
+WHERE = "_where"   # a role's model config names its api section for messages (episodes/roles.py)
+
+
+@functools.lru_cache(maxsize=4)
+def _section_class(registries: int) -> type:
+    """ModelConfig with every backend's section (``vllm``, ``api``) and the ``threads`` a stage's
+    slice adds for a kind whose bytes depend on it."""
+    extra = [(s.key, s.schema, section(s.schema)) for s in backend_sections().values()]
+    extra.append(("threads", Optional[int], dataclasses.field(default=None)))
+    return dataclasses.make_dataclass("ModelSection", extra, bases=(ModelConfig,))
+
+
+def model_section(cfg: Any) -> Any:
+    """``cfg`` (a ``model`` section, typed or its keys; None: the defaults) typed: the core keys and
+    each backend's section as attributes (a role's ``_where`` aside)."""
+    if dataclasses.is_dataclass(cfg):
+        return cfg
+    given = {k: v for k, v in (cfg or {}).items() if k != WHERE} if isinstance(cfg, Mapping) or cfg is None else cfg
+    return typed(_section_class(epoch()), given, "model")

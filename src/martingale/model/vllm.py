@@ -29,6 +29,7 @@ from .backend import chat_by_template, implements
 from .generate import Batch, batch_from_ids
 from .hf import HFBackend
 from .load import model_dir
+from .section import model_section
 from .vllm_server import Server, _stage_error
 
 SEED_STRIDE = 100_003   # request i of a batch sampled with seed s uses seed s·100003 + i
@@ -47,9 +48,9 @@ class VLLMBackend:
     the same weights in torch (``local``, an HFBackend, also the one a training stage updates)."""
 
     def __init__(self, server: Server, local: HFBackend, model_cfg: dict[str, Any]):
-        self.server, self.local, self.cfg = server, local, model_cfg
+        self.server, self.local, self.cfg = server, local, model_section(model_cfg)
         self.tokenizer = local.tokenizer
-        self.base_name = self.served = str(model_cfg["name"])
+        self.base_name = self.served = str(self.cfg.name)
 
     @property
     def model(self) -> Any:
@@ -59,10 +60,10 @@ class VLLMBackend:
     def load(cls, folder: Path | str, model_cfg: dict[str, Any]) -> "VLLMBackend":
         local = HFBackend.load(folder, model_cfg)
         path = model_dir(folder) if model_dir(folder).is_dir() else Path(folder)
-        url = model_cfg.get("server_url")
+        url = model_section(model_cfg).server_url
         if url:
             server = Server(url, model_cfg)
-            server.wait_ready(float(model_cfg["vllm"]["startup_timeout_s"]))
+            server.wait_ready(float(model_section(model_cfg).vllm.startup_timeout_s))
         else:
             server = Server.start(path, model_cfg)
         return cls(server, local, model_cfg)
@@ -142,7 +143,7 @@ class VLLMBackend:
         """Serve the LoRA policy ``model`` being trained: save its adapter to ``folder``, (re)load
         it in the server as ``policy``, and check the server applies it; after optimizer step
         ``step``, only every ``vllm.reload_every`` steps (None: now)."""
-        if step is not None and (step + 1) % int(self.cfg["vllm"]["reload_every"]) != 0:
+        if step is not None and (step + 1) % int(self.cfg.vllm.reload_every) != 0:
             return
         model.save_pretrained(folder)
         self.load_adapter("policy", folder)
@@ -166,7 +167,7 @@ class VLLMBackend:
 
         if not probes:
             raise _stage_error("backend parity: no probe prompts, the check cannot run")
-        tol = float(self.cfg["vllm"]["parity_tol"])
+        tol = float(self.cfg.vllm.parity_tol)
         greedy = self._greedy_logprobs(probes, self.base_name, tokens)
         theirs = [ids for ids, _ in greedy]
         served = batch_from_ids(self.tokenizer, self._ids(probes), theirs)
@@ -205,7 +206,7 @@ class VLLMBackend:
         """How far adapter ``name`` moves the probes' greedy continuations from the base model's:
         the largest |Δ log-prob| of the chosen tokens (inf where a token differs); fails "adapter
         not applied" at or under ``vllm.adapter_floor``."""
-        floor = float(self.cfg["vllm"]["adapter_floor"])
+        floor = float(self.cfg.vllm.adapter_floor)
         with_a, without = self._greedy_logprobs(probes, name), self._greedy_logprobs(probes, self.base_name)
         gaps = [float("inf") if ids_a != ids_b else max((abs(a - b) for a, b in zip(lp_a, lp_b)), default=None)
                 for (ids_a, lp_a), (ids_b, lp_b) in zip(with_a, without)]

@@ -31,6 +31,7 @@ from ..core.errors import StageError
 from ..core.threads import THREAD_VARS
 from ..store.provenance import record_server_at
 from .load import placement
+from .section import model_section
 from .serving import tensor_parallel_size
 
 SOCKET_PATH_MAX = 107   # bytes of a Unix socket's path (sockaddr_un.sun_path less its NUL)
@@ -66,16 +67,17 @@ def server_command(model_dir: Path, model_cfg: dict[str, Any], port: int) -> lis
     """The argv that serves ``model_dir`` under ``model.name`` with LoRA enabled, in the dtype the
     torch copy uses (``model.load.placement``: vLLM's own ``auto`` would serve a float32 model in
     float16, and parity with the torch log-probs would fail)."""
-    v = model_cfg["vllm"]
-    dtype = str(placement(model_cfg)[1]).removeprefix("torch.")
-    return [str(v["python"]), "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(model_dir), "--served-model-name", str(model_cfg["name"]),
+    m = model_section(model_cfg)
+    v = m.vllm
+    dtype = str(placement(m)[1]).removeprefix("torch.")
+    return [str(v.python), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(model_dir), "--served-model-name", str(m.name),
             "--host", "127.0.0.1", "--port", str(port), "--seed", "0",
-            "--dtype", dtype, "--max-model-len", str(int(model_cfg["max_length"])),
-            "--enable-lora", "--max-lora-rank", str(int(v["max_lora_rank"])),
-            "--tensor-parallel-size", str(tensor_parallel_size(model_cfg)),
-            "--gpu-memory-utilization", str(float(v["gpu_memory_utilization"])),
-            *[str(a) for a in v["extra_args"]]]
+            "--dtype", dtype, "--max-model-len", str(int(m.max_length)),
+            "--enable-lora", "--max-lora-rank", str(int(v.max_lora_rank)),
+            "--tensor-parallel-size", str(tensor_parallel_size(m)),
+            "--gpu-memory-utilization", str(float(v.gpu_memory_utilization)),
+            *[str(a) for a in v.extra_args]]
 
 
 def server_env(model_cfg: dict[str, Any], scratch: str | None = None) -> dict[str, str]:
@@ -87,7 +89,7 @@ def server_env(model_cfg: dict[str, Any], scratch: str | None = None) -> dict[st
     compile cache stays where it was (TORCHINDUCTOR_CACHE_DIR), shared by the next start."""
     env = {**{k: v for k, v in os.environ.items() if k not in THREAD_VARS and not _rank_var(k)},
            "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
-           "VLLM_CPU_KVCACHE_SPACE": str(int(model_cfg["vllm"]["cpu_kv_cache_gib"]))}
+           "VLLM_CPU_KVCACHE_SPACE": str(int(model_section(model_cfg).vllm.cpu_kv_cache_gib))}
     if os.environ.get(SERVER_DEVICES):     # a ranked stage's server: the GPUs after its ranks'
         env["CUDA_VISIBLE_DEVICES"] = os.environ[SERVER_DEVICES]
     if scratch:
@@ -168,24 +170,25 @@ class Server:
     def __init__(self, url: str, model_cfg: dict[str, Any], proc: subprocess.Popen | None = None,
                  log_path: Path | None = None, scratch: Scratch | None = None):
         self.url, self.proc, self.log_path, self.scratch = url.rstrip("/"), proc, log_path, scratch
-        v = model_cfg["vllm"]
-        self.timeout, self.retries = float(v["request_timeout_s"]), int(v["retries"])
-        self.concurrency = int(v["concurrency"])
+        v = model_section(model_cfg).vllm
+        self.timeout, self.retries = float(v.request_timeout_s), int(v.retries)
+        self.concurrency = int(v.concurrency)
         self.http = requests.Session()   # a connection per request in flight, kept between batches
         self.http.mount("http://", requests.adapters.HTTPAdapter(pool_maxsize=max(10, self.concurrency)))
 
     @classmethod
     def start(cls, model_dir: Path, model_cfg: dict[str, Any]) -> "Server":
         """Serve ``model_dir``; wait until ``/health`` answers (``vllm.startup_timeout_s``)."""
-        v = model_cfg["vllm"]
-        python = Path(v["python"])
+        m = model_section(model_cfg)
+        v = m.vllm
+        python = Path(v.python)
         if not python.is_file():
             raise _stage_error(f"model.vllm.python: {python} does not exist: `make vllm` creates "
                                ".venv-vllm (scripts/install_vllm.sh)")
         port = _free_port()
         log_dir = Path("logs") / "vllm"
         log_dir.mkdir(parents=True, exist_ok=True)
-        log_path = log_dir / f"{model_cfg['name']}-{os.getpid()}-{port}.log"
+        log_path = log_dir / f"{m.name}-{os.getpid()}-{port}.log"
         server = cls(f"http://127.0.0.1:{port}", model_cfg, None, log_path, _scratch_dir())
         try:   # any failure from here stops what started and removes the server's TMPDIR (stop)
             with open(log_path, "w", encoding="utf-8") as log:
@@ -193,7 +196,7 @@ class Server:
                                                stdout=log, stderr=subprocess.STDOUT,
                                                env=server_env(model_cfg, server.scratch.path if server.scratch else None),
                                                preexec_fn=_die_with_parent)
-            server.wait_ready(float(v["startup_timeout_s"]))
+            server.wait_ready(float(v.startup_timeout_s))
         except BaseException:
             server.stop()
             raise
