@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from ..core.errors import StageError
+from ..model.section import model_section
 from ..model.serving import tensor_parallel_size
 from ..store import files
 from . import ranks_of
@@ -100,7 +101,7 @@ def launch(kind: str, cfg: dict[str, Any], inputs: dict[str, Path], out_dir: Pat
                                     "out_dir": str(out_dir), "ranks": ranks, "strategy": strategy,
                                     "threads": threads, "scratch": scratch})
         env = {**os.environ, SPEC_VAR: str(spec), "OMP_NUM_THREADS": str(threads),
-               **server_devices(cfg.get("model") or {}, ranks // nodes)}
+               **server_devices(cfg.get("model"), ranks // nodes)}
         cmd = [*launcher(ranks, nodes, env), "-m", "martingale.jobs.rank", str(spec)]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         tail: list[str] = []
@@ -125,11 +126,12 @@ def non_finite(obj: Any, path: str = "") -> Iterator[tuple[str, float]]:
         yield path, obj
 
 
-def server_devices(model: dict[str, Any], per_node: int) -> dict[str, str]:
+def server_devices(model: Any, per_node: int) -> dict[str, str]:
     """Where rank 0's vLLM server runs on a GPU model: the node's GPUs after its ranks' (one each),
     as many as its tensor parallel size ({MARTINGALE_SERVER_DEVICES: ...}; none on a CPU model)."""
-    gpus = int((model.get("resources") or {}).get("gpus") or 0)
-    if not gpus or model.get("backend") != "vllm" or model.get("server_url"):
+    model = model_section(model)
+    gpus = int(model.resources.gpus or 0)
+    if not gpus or model.backend != "vllm" or model.server_url:
         return {}
     tp = tensor_parallel_size(model)
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")

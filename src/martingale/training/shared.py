@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 from ..core.errors import StageError
 from ..model.backend import open_model, open_models
+from ..model.section import model_section
 from . import checkpoint, ranks
 
 SERVED = ("vllm", "api")
@@ -76,7 +77,7 @@ class Shared:
     def serve_adapter(self, model: Any, folder: Path, probes: list[str], step: int | None = None) -> None:
         """Rank 0 serves the policy's adapter (whole: gathered under FSDP, every rank taking part)
         and checks it applied, as often as ``vllm.reload_every`` says."""
-        every = int((self.cfg.get("vllm") or {}).get("reload_every", 1))
+        every = int(model_section(self.cfg).vllm.reload_every)
         if step is not None and (step + 1) % every != 0:
             return
         whole = ranks.full_tensors(checkpoint.adapter(model).items()) if ranks.current().strategy == "fsdp" else None
@@ -105,7 +106,7 @@ def ranked_models(model: Path | str, judge: Path | str, model_cfg: dict[str, Any
                   judge_needed: bool) -> Iterator[tuple[Any, Any]]:
     """open_models for a stage's ranks: as it is on one rank or in-process (hf); with a server
     backend, rank 0 opens it (one server) and every rank the same weights in torch."""
-    if not ranks.current().many or model_cfg.get("backend", "hf") not in SERVED:
+    if not ranks.current().many or model_section(model_cfg).backend not in SERVED:
         with open_models(model, judge, model_cfg, judge_needed) as pair:
             yield pair
         return
@@ -119,7 +120,7 @@ def ranked_models(model: Path | str, judge: Path | str, model_cfg: dict[str, Any
 def ranked_model(folder: Path | str, model_cfg: dict[str, Any]) -> Any:
     """open_model for a role a stage's ranks share (an episode's human): a server or an api role
     is opened by rank 0 alone and answers for every rank."""
-    backend = model_cfg.get("backend", "hf")
+    backend = model_section(model_cfg).backend
     if not ranks.current().many or backend not in SERVED:
         return open_model(folder, model_cfg)
     if ranks.current().writer:
