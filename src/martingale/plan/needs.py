@@ -17,7 +17,12 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 from urllib.parse import urlparse
 
+from ..beliefs.api_judge import JudgeConfig
+from ..core.typed import section_of, typed
 from ..episodes.roles import role_model
+from ..episodes.section import simulate_section
+from ..model.api_client import ApiModelConfig
+from ..model.section import model_section
 
 LOOPBACK = ("localhost", "127.0.0.1", "::1")   # an endpoint on this machine: the user's own server, keyless allowed
 ROLES = ("human", "instructor")                 # a two-agent episode's roles (simulate.<role>_model)
@@ -62,37 +67,39 @@ def _under(root: Path, path: str) -> Path:
     return p if p.is_absolute() else root / p
 
 
-def _endpoint_needs(api: Mapping[str, Any]) -> list[Need]:
+def _endpoint_needs(api: ApiModelConfig | JudgeConfig) -> list[Need]:
     """An endpoint off this machine needs its key's variable set (``api_key_env``, always in a
     composed config); a loopback one (a vLLM server the user started) may run keyless."""
-    host = urlparse(str(api.get("base_url") or "")).hostname or ""
+    host = urlparse(str(api.base_url or "")).hostname or ""
     if host in LOOPBACK:
         return []
-    return [Need("api_key", str(api["api_key_env"]))]
+    return [Need("api_key", str(api.api_key_env))]
 
 
-def _model_needs(model: Mapping[str, Any], serves: bool) -> list[Need]:
+def _model_needs(model: Any, serves: bool) -> list[Need]:
     """A model config's serving needs: vLLM's environment, or the api endpoint's key."""
-    backend = model.get("backend", "hf")
-    if serves and backend == "vllm":
-        return [Need("vllm", str((model.get("vllm") or {}).get("python") or ".venv-vllm/bin/python"))]
-    if backend == "api":
-        return _endpoint_needs(model["api"])
+    model = model_section(model)
+    if serves and model.backend == "vllm":
+        return [Need("vllm", str(model.vllm.python or ".venv-vllm/bin/python"))]
+    if model.backend == "api":
+        return _endpoint_needs(model.api)
     return []
 
 
 def stage_needs(kind: Any, cfg: Mapping[str, Any], resources: Mapping[str, Any]) -> set[Need]:
     """What one stage needs, from its kind, its config slice and its Snakemake resources."""
     out: set[Need] = set()
-    model = cfg.get("model") or {}
-    if kind.place == "source" and model.get("path"):
-        out.add(Need("weights", str(model["path"])))
+    model = model_section(section_of(cfg, "model"))
+    if kind.place == "source" and model.path:
+        out.add(Need("weights", str(model.path)))
     out.update(_model_needs(model, kind.serves))
+    simulate = simulate_section(section_of(cfg, "simulate"))
     for role in ROLES:
-        if (cfg.get("simulate") or {}).get(f"{role}_model"):   # the role's own model: as the stage opens it
+        if getattr(simulate, f"{role}_model"):   # the role's own model: as the stage opens it
             out.update(_model_needs(role_model(cfg, role), serves=True))
-    if "judge" in cfg:   # the api reader's section: in a slice only where it reads the beliefs (plan.reader_section)
-        out.update(_endpoint_needs(cfg["judge"]))
+    judge = section_of(cfg, "judge")   # the api reader's section: in a slice only where it reads the beliefs (plan.reader_section)
+    if judge is not None:
+        out.update(_endpoint_needs(typed(JudgeConfig, judge, "judge")))
     if int(resources.get("gpu") or 0) > 0:
         out.add(Need("gpu"))
     return out

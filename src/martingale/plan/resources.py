@@ -4,32 +4,33 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from ..model.section import Resources, model_section
 from ..model.serving import tensor_parallel_size
 from ..stages import StageKind
 from ..training import ranks_of
 
 
-def compute_threads(model: dict, kind: StageKind) -> Optional[int]:
+def compute_threads(model: Any, kind: StageKind) -> Optional[int]:
     """The torch threads a training kind computes with on a CPU model (``resources.cpus``), part of
     what it computes: its gradient's sums are split by thread. None: any count gives the same bytes
     (a kind that only reads the model, measured for evaluate) or the model is on GPUs."""
-    r = model.get("resources") or {}
-    if not kind.trains or int(r.get("gpus") or 0) > 0:
+    r = model_section(model).resources
+    if not kind.trains or int(r.gpus or 0) > 0:
         return None
     return kind_cpus(r, kind.name)
 
 
-def kind_cpus(resources: dict, kind: str) -> int:
+def kind_cpus(resources: Resources, kind: str) -> int:
     """The CPUs a stage of this kind asks for: ``resources.cpus``, or ``pretrain_cpus`` for pretrain."""
-    if kind == "pretrain" and resources.get("pretrain_cpus"):
-        return int(resources["pretrain_cpus"])
-    return int(resources.get("cpus", 1))
+    if kind == "pretrain" and resources.pretrain_cpus:
+        return int(resources.pretrain_cpus)
+    return int(resources.cpus)
 
 
 RESOURCE_KEYS = ("threads", "mem_mb", "runtime", "gpu", "gpu_model", "device", "nodes")   # what _resources may set
 
 
-def _resources(model: dict, kind: Optional[StageKind] = None) -> dict[str, Any]:
+def _resources(model: Any, kind: Optional[StageKind] = None) -> dict[str, Any]:
     """What a stage on this model asks a scheduler for, as Snakemake resources: ``threads``,
     ``mem_mb``, ``runtime`` (minutes) always; ``gpu`` (count) and ``gpu_model`` only when the model
     needs GPUs (``gpus`` > 0), so a CPU stage carries no GPU resource at all. ``gpu``/``gpu_model``
@@ -39,25 +40,26 @@ def _resources(model: dict, kind: Optional[StageKind] = None) -> dict[str, Any]:
     asks, on each node, for N/M times the CPUs and memory of one (``gpus`` is a node's, already),
     and ``nodes`` where M > 1. A stage that takes no ranked steps on a vLLM-served model asks for
     its server's GPUs (``vllm.tensor_parallel_size``) where that is fewer than the node's."""
-    r = model.get("resources") or {}
+    m = model_section(model)
+    r = m.resources
     per_node = 1
     nodes = 1
     if kind is not None and kind.ranked:
         ranks, _, nodes = ranks_of(model)
         per_node = ranks // nodes
     out: dict[str, Any] = {
-        "device": str(model.get("device", "auto")),
+        "device": str(m.device),
         "threads": kind_cpus(r, kind.name if kind is not None else "") * per_node,
-        "mem_mb": int(r.get("mem_mb", 1000)) * per_node,
-        "runtime": int(r.get("runtime_min", 60)),
+        "mem_mb": int(r.mem_mb) * per_node,
+        "runtime": int(r.runtime_min),
     }
-    gpus = int(r.get("gpus") or 0)
-    if gpus > 0 and kind is not None and not kind.ranked and model.get("backend") == "vllm":
-        gpus = min(gpus, tensor_parallel_size(model))
+    gpus = int(r.gpus or 0)
+    if gpus > 0 and kind is not None and not kind.ranked and m.backend == "vllm":
+        gpus = min(gpus, tensor_parallel_size(m))
     if gpus > 0:
         out["gpu"] = gpus
-        if r.get("gpu_model"):
-            out["gpu_model"] = str(r["gpu_model"])
+        if r.gpu_model:
+            out["gpu_model"] = str(r.gpu_model)
     if nodes > 1:
         out["nodes"] = nodes
     return out
