@@ -22,6 +22,8 @@ from typing import Any, NamedTuple, Optional
 from ..config.checks import QUESTIONS_CHECKED
 from ..config.digest import code_and_versions, conf_files, env_digest, tree_digest
 from ..config.runs import RunTree
+from ..config.schema import STEPS, config_class
+from ..core.typed import typed
 from ..stages import StageKind, kinds
 from ..store import STORE, read_index, stage_dir
 from ..store.files import canonical_json, read_pickle, write_pickle, write_text_if_changed
@@ -122,28 +124,29 @@ class Plan:
         return sid
 
     def _plan_run(self, run_id: str) -> None:
-        cfg = self.tree.resolve(run_id)  # cached, validated; not mutated here
+        cfg = self.tree.resolve(run_id)  # cached, validated; not mutated here: what the ids hash
+        run = typed(config_class(), cfg, run_id)   # the same, typed: what the plan reads
         source = _one_kind("source", cfg)
         natural = self._add(source, cfg, {}, source.name)
         chain, steps = [natural], [source.name]
         starts = [k for k in kinds().values() if k.place == "start" and k.when(cfg)]
-        steps += [f"{kind.name}:{cfg['start']}" for kind in starts]
-        trained = [name for name, st in cfg["stages"].items() if st.get("reward") is not None]
-        steps += [f"{name}:{cfg['stages'][name]['reward']}" for name in trained]
-        measure = _one_kind("measure", cfg, cfg["eval"]["kind"])
+        steps += [f"{kind.name}:{run.start}" for kind in starts]
+        trained = [name for name in STEPS if getattr(run.stages, name).reward is not None]
+        steps += [f"{name}:{getattr(run.stages, name).reward}" for name in trained]
+        measure = _one_kind("measure", cfg, run.eval.kind)
         rows: list[RunStage] = []
         reference: dict[int, str] = {}
         for seed in run_seeds(cfg):
             s0 = natural
             for kind in starts:          # a start kind (D's distill) per seed where it is per_seed
-                s0 = self._add(kind, cfg, {"model": s0}, f"{kind.name}-{cfg['start']}",
+                s0 = self._add(kind, cfg, {"model": s0}, f"{kind.name}-{run.start}",
                                seed=seed if kind.per_seed else None)
                 chain.append(s0)
-            judge = natural if cfg["elicit"].get("judge_model", "base") == "base" else s0
+            judge = natural if run.elicit.judge_model == "base" else s0
             current = s0
             for name in ["s0", *trained]:
                 if name != "s0":
-                    step = _one_kind("step", cfg, cfg["stages"][name]["kind"])
+                    step = _one_kind("step", cfg, getattr(run.stages, name).kind)
                     current = self._add(step, cfg, {"model": current, "judge": judge, "human": s0},
                                         f"{step.name}-{name}", step=name, seed=seed)
                     chain.append(current)
@@ -157,9 +160,8 @@ class Plan:
         self._natural[run_id] = reference
         self._runs[run_id] = rows
         self._chains[run_id] = list(dict.fromkeys(chain))
-        model = cfg["model"]
         self._runs_info[run_id] = {
-            "model": model.get("name"), "start": cfg["start"], "elicit": cfg["elicit"].get("mode"),
+            "model": run.model.name, "start": run.start, "elicit": run.elicit.mode,
             "stage_chain": steps, "seeds": run_seeds(cfg),
             "config_hash": "sha256:" + sha256_json(self.run_identity(run_id)), "wandb": dict(cfg.get("wandb") or {}),
             "needs": [n.tag for n in self.run_needs(run_id)],
