@@ -9,66 +9,62 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..core.settings import InChoices
+from ..core.typed import section_of, typed
 from ..episodes import episode_problem
+from ..episodes.section import simulate_section
 from ..model.backend import backends
 from ..model.serving import tensor_parallel_size
 from ..rewards import rewards
 from ..stages import uses_key
-from ..training import ranks_of
 from ..world import worlds
 from ..world.questions import config_problem
-from .schema import ROLE_MODELS, domain_key, domains, model_class
+from ..world.section import world_section
+from .schema import ROLE_MODELS, STEPS, config_class, domain_key, domains, model_class
 
-
-def _distinct_questions(cfg: dict) -> int:
-    return cfg["world"]["n_clue_types"] ** cfg["world"]["clues_per_question"]
-
-
-# Rules across keys, each (the key named in the error, what must hold, why).
+# Rules across keys, each (the key named in the error, what must hold of the typed config, why).
 RELATIONS: tuple[tuple[str, Any, str], ...] = (
     ("world.n_heldout",
-     lambda c: c["world"]["n_train"] + c["world"]["n_heldout"] <= _distinct_questions(c),
+     lambda c: c.world.n_train + c.world.n_heldout <= c.world.n_clue_types ** c.world.clues_per_question,
      "n_train + n_heldout is more than the n_clue_types ** clues_per_question distinct questions"),
     ("model.num_heads",
-     lambda c: c["model"]["hidden_size"] % c["model"]["num_heads"] == 0,
+     lambda c: c.model.hidden_size % c.model.num_heads == 0,
      "does not divide model.hidden_size (a Llama splits it evenly over its heads)"),
     ("model.distributed.nodes",
-     lambda c: ranks_of(c["model"])[0] % ranks_of(c["model"])[2] == 0,
+     lambda c: c.model.distributed.ranks % c.model.distributed.nodes == 0,
      "does not divide model.distributed.ranks (every node runs as many ranks)"),
     ("model.distributed.ranks",
-     lambda c: _gpus_needed(c) <= int((c["model"].get("resources") or {}).get("gpus") or 0) or _gpus_needed(c) == 0,
+     lambda c: _gpus_needed(c.model) <= int(c.model.resources.gpus or 0) or _gpus_needed(c.model) == 0,
      "a node's ranks (one GPU each) and, with backend vllm, its server's tensor_parallel_size on the first node "
      "need more GPUs than model.resources.gpus (a node's)"),
 )
 
 
-def _gpus_needed(cfg: dict) -> int:
+def _gpus_needed(model: Any) -> int:
     """GPUs a ranked stage on a GPU model needs on its first node (0: a CPU model or one rank)."""
-    model = cfg["model"]
-    ranks, _, nodes = ranks_of(model)
-    if ranks == 1 or not int((model.get("resources") or {}).get("gpus") or 0):
+    ranks, nodes = int(model.distributed.ranks), int(model.distributed.nodes)
+    if ranks == 1 or not int(model.resources.gpus or 0):
         return 0
-    server = model.get("backend") == "vllm" and not model.get("server_url")
+    server = model.backend == "vllm" and not model.server_url
     return ranks // nodes + (tensor_parallel_size(model) if server else 0)
 
 
 def questions_file_problem(cfg: dict, root: Optional[Path]) -> Optional[str]:
     """world=jsonl: the file must exist, be valid and hold the questions the splits ask for (a
     relative path is read from the project ``root``, as the stages read it)."""
-    w = cfg["world"]
-    known = worlds().get(w["name"])
+    w = world_section(cfg["world"])
+    known = worlds().get(w.name)
     if known is None or not known.reads_file:
         return None
-    if not w.get("questions_file"):
+    if not w.questions_file:
         return "world=jsonl needs a questions file (world.questions_file)"
-    path = Path(w["questions_file"])
+    path = Path(w.questions_file)
     if root is not None and not path.is_absolute():
         path = root / path
     try:
         st = path.stat()
     except OSError:
         return f"{path}: file: not found (`martingale questions export-synthetic` writes one)"
-    return _cached_questions_problem(str(path), st.st_mtime_ns, st.st_size, int(w["n_train"]), int(w["n_heldout"]))
+    return _cached_questions_problem(str(path), st.st_mtime_ns, st.st_size, int(w.n_train), int(w.n_heldout))
 
 
 # (path, mtime_ns, size, n_train, n_heldout) -> the problem found (None: fine). The cached plan
@@ -84,47 +80,47 @@ def _cached_questions_problem(path: str, mtime_ns: int, size: int, n_train: int,
     return QUESTIONS_CHECKED[key]
 
 
-def _episode_reward_problem(cfg: dict, root: Optional[Path]) -> Optional[tuple[str, str]]:
+def _episode_reward_problem(run: Any, cfg: dict, root: Optional[Path]) -> Optional[tuple[str, str]]:
     """A reward that reads an episode's trajectory (rewards.EPISODE_INPUTS) belongs on an instructor
     stage: a train stage's rollouts have no episode."""
-    for name, st in cfg["stages"].items():
-        r = rewards().get(st.get("reward"))
-        if r is not None and r.episodic and st.get("kind") != "instructor":
+    for name in STEPS:
+        st = getattr(run.stages, name)
+        r = rewards().get(st.reward)
+        if r is not None and r.episodic and st.kind != "instructor":
             return (f"stages.{name}.reward", f"{r.name} scores a two-agent episode: only an instructor stage "
-                    f"has one (stages.{name}.kind is {st.get('kind')})")
+                    f"has one (stages.{name}.kind is {st.kind})")
     return None
 
 
-def _episodes_prompts_problem(cfg: dict, root: Optional[Path]) -> Optional[tuple[str, str]]:
+def _episodes_prompts_problem(run: Any, cfg: dict, root: Optional[Path]) -> Optional[tuple[str, str]]:
     """Two-agent episodes run in the embedded format, or between chat models with a prompt set's
     episode prompts (conf/prompts/c2.yaml): each mode needs its instructor prompt; a trained
     instructor is a local model; each role's model keys must be model keys;
     an api role plays with the verbal read (an endpoint gives no prefilled next-token log-probs),
     and a run's own model is never an api (it is read and trained through token log-probs)."""
-    prompts, sim = cfg.get("prompts", {}), cfg.get("simulate", {})
-    episode = prompts.get("episode")
-    if cfg["model"].get("backend") == "api":
+    episode, sim = run.prompts.episode, simulate_section(section_of(run, "simulate"))
+    if run.model.backend == "api":
         return ("model.backend", "api plays a two-agent episode's role only (simulate.human_model / "
                 "instructor_model): a run's own model is read and trained through token log-probs (hf or vllm)")
-    roles = [r for r in ROLE_MODELS if sim.get(r.split(".")[1]) is not None]
+    roles = [r for r in ROLE_MODELS if getattr(sim, r.split(".")[1]) is not None]
     plays = uses_key(cfg, "simulate")   # a kind in its chain plays episodes: simulate, instructor
     if roles and (not episode or not plays):
         return (roles[0], "a role's model plays chat episodes only (eval.kind=simulate with a prompt set that "
                 "has episode prompts, e.g. prompts=c2)")
     for role in roles:
-        over = sim[role.split(".")[1]]
+        over = getattr(sim, role.split(".")[1])
         if not isinstance(over, dict):
             return (role, f"a mapping of model keys to change for this role, got {over!r}")
         problem = _model_override_problem(role, over)
         if problem:
             return problem
-        if over.get("backend") == "api" and cfg["elicit"].get("read") == "forced" and role.endswith("human_model"):
+        if over.get("backend") == "api" and run.elicit.read == "forced" and role.endswith("human_model"):
             return ("elicit.read", "forced with an api human (simulate.human_model.backend=api): an endpoint "
                     "returns text, not a next-token distribution (use elicit.read=verbal)")
     if not plays:
         return None
-    over = sim.get("instructor_model") or {}
-    if episode and uses_key(cfg, "instructor") and over.get("backend", cfg["model"].get("backend")) == "api":
+    over = sim.instructor_model or {}
+    if episode and uses_key(cfg, "instructor") and over.get("backend", run.model.backend) == "api":
         return ("simulate.instructor_model", "an instructor stage trains a local model (hf or vllm, LoRA): "
                 "an api instructor returns text, not token log-probs")
     return episode_problem(cfg)
@@ -154,30 +150,31 @@ def _model_override_problem(role: str, over: dict) -> Optional[tuple[str, str]]:
     return None
 
 
-def _forced_read_problem(cfg: dict, root: Optional[Path]) -> Optional[tuple[str, str]]:
+def _forced_read_problem(run: Any, cfg: dict, root: Optional[Path]) -> Optional[tuple[str, str]]:
     """elicit.read=forced reads the answer's next-token distribution after the prompt set's
     prefix: the prompt set must have one (for a judge read too), and an api judge gives none."""
-    if cfg["elicit"].get("read") != "forced":
+    if run.elicit.read != "forced":
         return None
-    prompts, elicit = cfg.get("prompts", {}), cfg["elicit"]
-    if cfg.get("eval", {}).get("prior_draws") and elicit["mode"] == "snap":
+    prompts, elicit = run.prompts, run.elicit
+    if run.eval.prior_draws and elicit.mode == "snap":
         return ("eval.prior_draws", "the forced snap prior is one deterministic read (no draws to "
                 "de-attenuate): set eval.prior_draws=0 or elicit.read=verbal")
-    if not prompts.get("forced_prefix"):
-        return ("elicit.read", f"forced needs a forced-answer prefix: prompts={prompts.get('name')} has no "
+    if not prompts.forced_prefix:
+        return ("elicit.read", f"forced needs a forced-answer prefix: prompts={prompts.name} has no "
                 "prompts.forced_prefix (the research log's prompts: \"P = 0.\")")
-    if elicit["mode"] == "samemode" and elicit["judge"] == "self" and not prompts.get("judge_forced_prefix"):
+    if elicit.mode == "samemode" and elicit.judge == "self" and not prompts.judge_forced_prefix:
         return ("elicit.read", f"forced with the self judge needs prompts.judge_forced_prefix "
-                f"(prompts={prompts.get('name')} has none)")
-    if elicit["mode"] == "samemode" and elicit["judge"] == "api":
+                f"(prompts={prompts.name} has none)")
+    if elicit.mode == "samemode" and elicit.judge == "api":
         return ("elicit.read", "forced with elicit.judge=api: the api judge returns text, not a next-token "
                 "distribution (use elicit.read=verbal)")
     return None
 
 
-# Checks whose message depends on what they find: (key, check(cfg, project root) -> why, (key, why) or None).
+# Checks whose message depends on what they find: (key, check(typed config, its mapping, project root)
+# -> why, (key, why) or None).
 CHECKS: tuple[tuple[str, Any], ...] = (
-    ("world.questions_file", questions_file_problem),
+    ("world.questions_file", lambda run, cfg, root: questions_file_problem(cfg, root)),
     ("stages.*.reward", _episode_reward_problem),
     ("prompts.name", _episodes_prompts_problem),
     ("elicit.read", _forced_read_problem),
@@ -186,11 +183,12 @@ CHECKS: tuple[tuple[str, Any], ...] = (
 
 def relation_problem(cfg: dict, root: Optional[Path] = None) -> tuple[str, str] | None:
     """The first cross-key rule (RELATIONS, then CHECKS) the resolved config breaks: (key, why), else None."""
+    run = typed(config_class(), cfg, "config")
     for key, holds, why in RELATIONS:
-        if not holds(cfg):
+        if not holds(run):
             return key, why
     for key, check in CHECKS:
-        why = check(cfg, root)
+        why = check(run, cfg, root)
         if why:
             return why if isinstance(why, tuple) else (key, why)   # a check may name the exact key
     return None
