@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..core.settings import COUNT, NONNEG, SERVED_NAME, Flag, Int, ProjectPath, SecretVar, Url, setting
+from ..core.typed import typed
 from ..model.api_client import FATAL, ApiClient, ApiError, choice_text  # noqa: F401 (FATAL: the judge's refusals)
 
 _STATED = re.compile(r"\bP\s*(?:=|:|≈)\s*[-+]?(?:\d+(?:[.,]\d+)?|[.,]\d+)(?:[eE][-+]?\d+)?(?:\s*%)?")
@@ -49,15 +50,15 @@ def blind(text: str) -> str:
 class ApiJudge:
     """A client for ``judge.base_url`` answering prompts with ``judge.model`` (see the module doc)."""
 
-    def __init__(self, judge_cfg: dict[str, Any]):
-        self.cfg = judge_cfg
-        self.chat = bool(judge_cfg["chat"])
+    def __init__(self, judge_cfg: Any):
+        self.cfg = judge_cfg = typed(JudgeConfig, judge_cfg, "judge")
+        self.chat = bool(judge_cfg.chat)
         self.client = ApiClient(judge_cfg, "judge", JudgeError)
         self.url = self.client.url
 
     def body(self, prompt: str) -> dict[str, Any]:
         """The request for one prompt: greedy, ``max_tokens``, chat or plain completion."""
-        common = {"model": str(self.cfg["model"]), "max_tokens": int(self.cfg["max_tokens"]), "temperature": 0.0}
+        common = {"model": str(self.cfg.model), "max_tokens": int(self.cfg.max_tokens), "temperature": 0.0}
         if self.chat:
             return {**common, "messages": [{"role": "user", "content": prompt}]}
         return {**common, "prompt": prompt}

@@ -14,6 +14,7 @@ call is counted: ``stats()``.
 """
 from __future__ import annotations
 
+import dataclasses
 import email.utils
 import hashlib
 import json
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from ..core.errors import StageError
 from ..core.settings import COUNT, NONNEG, SERVED_NAME, Int, ProjectPath, SecretVar, Url, setting
+from ..core.typed import typed
 from ..store import files
 
 if TYPE_CHECKING:
@@ -94,22 +96,24 @@ class ApiClient:
     """POSTs JSON bodies to ``cfg['base_url']`` + a path; ``where`` names the config block in
     messages (``judge``, ``simulate.human_model.api``)."""
 
-    def __init__(self, cfg: dict[str, Any], where: str, error: type[StageError] = ApiError):
+    def __init__(self, cfg: Any, where: str, error: type[StageError] = ApiError):
         self.where, self.error = where, error
-        if not cfg.get("base_url") or not cfg.get("model"):
+        if not dataclasses.is_dataclass(cfg):   # an endpoint's keys: typed as model.api's (a judge's section is typed already)
+            cfg = typed(ApiModelConfig, {k: v for k, v in cfg.items() if k in ApiModelConfig.__dataclass_fields__}, where)
+        if not cfg.base_url or not cfg.model:
             raise error(f"{where} needs {where}.base_url and {where}.model (an OpenAI-compatible server and "
                         "the model it serves)")
         self.cfg = cfg
-        self.url = str(cfg["base_url"]).rstrip("/")
-        self.cache_dir = Path(cfg["cache_dir"])
+        self.url = str(cfg.base_url).rstrip("/")
+        self.cache_dir = Path(cfg.cache_dir)
         self.counts = {"calls": 0, "answered": 0, "cache_hits": 0, "retries": 0, "failures": 0, "empty": 0}
         self.failure_examples: list[str] = []
         self._lock = threading.Lock()
-        key = os.environ.get(str(cfg["api_key_env"] or ""), "")
+        key = os.environ.get(str(cfg.api_key_env or ""), "")
         import requests  # here, not at the top: the schema imports this module at every plan
         self.http = requests.Session()
         for scheme in ("http://", "https://"):   # a connection per request in flight
-            self.http.mount(scheme, requests.adapters.HTTPAdapter(pool_maxsize=max(10, int(cfg["concurrency"]))))
+            self.http.mount(scheme, requests.adapters.HTTPAdapter(pool_maxsize=max(10, int(cfg.concurrency))))
         if key:
             self.http.headers["Authorization"] = f"Bearer {key}"
 
@@ -141,11 +145,11 @@ class ApiClient:
         if answer is not None:
             self._count("cache_hits")
             return answer
-        retries, last = int(self.cfg["retries"]), Retry("no try")
+        retries, last = int(self.cfg.retries), Retry("no try")
         for attempt in range(retries + 1):
             if attempt:
                 self._count("retries")
-                time.sleep(wait_before(attempt, float(self.cfg["backoff_s"]), last.wait_s))
+                time.sleep(wait_before(attempt, float(self.cfg.backoff_s), last.wait_s))
             self._count("calls")
             try:
                 answer = files.redact(read(self._post(path, body)))
@@ -168,7 +172,7 @@ class ApiClient:
         """One POST, its JSON body read within ``timeout_s`` of wall clock; Retry on what a retry
         may fix, ``self.error`` on what it cannot."""
         import requests
-        limit = float(self.cfg["timeout_s"])
+        limit = float(self.cfg.timeout_s)
         deadline = time.monotonic() + limit
         try:
             r = self.http.post(self.url + path, json=body, timeout=limit, stream=True)
@@ -185,7 +189,7 @@ class ApiClient:
 
     def request_all(self, path: str, bodies: list[dict[str, Any]], read: Callable[[Any], str]) -> list[Optional[str]]:
         """Answers in order, ``concurrency`` requests in flight."""
-        with ThreadPoolExecutor(max_workers=max(1, int(self.cfg["concurrency"]))) as pool:
+        with ThreadPoolExecutor(max_workers=max(1, int(self.cfg.concurrency))) as pool:
             return list(pool.map(lambda b: self.request(path, b, read), bodies))
 
     def failure(self) -> str:
@@ -196,7 +200,7 @@ class ApiClient:
     def stats(self) -> dict[str, Any]:
         """Calls sent (retries included), answered by the server, empty answers (not cached), from
         the cache, failed after every retry, and some failure reasons."""
-        return {"model": str(self.cfg["model"]), **self.counts, "failure_examples": list(self.failure_examples)}
+        return {"model": str(self.cfg.model), **self.counts, "failure_examples": list(self.failure_examples)}
 
     def close(self) -> None:
         self.http.close()

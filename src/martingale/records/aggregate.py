@@ -10,7 +10,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ..core.typed import typed
 from ..plan import config_hash
+from ..stages.section import EvalConfig
 from ..stats.effects import EffectError, beat_counts, paired_effect, replicate_summary, undefined_effect
 from ..stats.seeds import combine_seeds, has_seed_blocks, seed_blocks, seed_values, with_seed_blocks
 from ..store import files
@@ -141,7 +143,8 @@ def knob_effect(records: dict, ids: dict, stage_order: list[str], parent_evals: 
     """(per-stage effects, final): every stage both runs have against the parent's stage of that
     name, and the child's final stage against the parent's final stage (what the knob changed)."""
     _, p_records, p_ids = _load(parent_evals)
-    n_boot, level = int(eval_cfg.get("n_bootstrap", 1000)), float(eval_cfg.get("ci", 0.95))
+    ev = typed(EvalConfig, eval_cfg, "eval")
+    n_boot, level = int(ev.n_bootstrap), float(ev.ci)
     effects = stage_effects(records, p_records, ids, p_ids, stage_order, n_boot, level)
     last, p_last = stage_order[-1], max({st for st, _ in p_records}, key=_stage_order)
     final = effects.get(last) if last == p_last else \
