@@ -1,5 +1,7 @@
 """The fidelity knobs that make the embedded campaign test what the log tested: which teacher
 makes D, the snap prior's functional, the balanced eval, and the metrics and counts the log reads."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
@@ -126,7 +128,7 @@ def test_the_overconfident_teachers_ms_covers_zero_and_excludes_the_entrenching_
 
 
 def test_the_snap_prior_reads_only_the_first_snap_clues(world):
-    w = SyntheticWorld({**world.cfg, "snap_noise": 0.0})
+    w = SyntheticWorld(replace(world.cfg, snap_noise=0.0))
     assert w.snap_clues == 4
     q = Question("q", (0, 1, 2, 3, 4, 5, 6, 7), 1)
     other = Question("q", (0, 1, 2, 3, 9, 9, 9, 9), 1)
@@ -136,13 +138,13 @@ def test_the_snap_prior_reads_only_the_first_snap_clues(world):
 def test_snap_gain_scales_the_guts_jump(world):
     q = next(q for q in world.sample(200, np.random.default_rng(6), "x")
              if sum(np.sign(world.llr[c]) for c in q.clues[:4]) >= 2)
-    calm = SyntheticWorld({**world.cfg, "snap_noise": 0.0, "snap_gain": 1.0})
-    jumpy = SyntheticWorld({**world.cfg, "snap_noise": 0.0, "snap_gain": 3.0})
+    calm = SyntheticWorld(replace(world.cfg, snap_noise=0.0, snap_gain=1.0))
+    jumpy = SyntheticWorld(replace(world.cfg, snap_noise=0.0, snap_gain=3.0))
     assert _snap_p(jumpy, q) > _snap_p(calm, q) > world.base_rate
 
 
 def test_snap_shift_leans_the_gut_toward_yes(world):
-    w = SyntheticWorld({**world.cfg, "snap_noise": 0.0})
+    w = SyntheticWorld(replace(world.cfg, snap_noise=0.0))
     q = world.sample(1, np.random.default_rng(7), "x")[0]
     rng = np.random.default_rng(0)
     assert float(traces.snap(w, q, rng, shift=2.5).split()[3]) > _snap_p(w, q)

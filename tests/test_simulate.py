@@ -139,10 +139,10 @@ def _play_with(root: Path, instructor, strict: bool = True):
     from martingale.stages.body.common import make_world
     from martingale.stages.body.simulate import episode_questions, play
     cfg = typed_slice("simulate", _stage_cfg(root, "c2-syc"))
-    world = make_world(cfg["world"])
-    human = open_model(_pretrained(root), cfg["model"])
-    eps = setup(world, episode_questions(world, cfg["simulate"]), cfg["simulate"], 42)
-    return play(human, instructor(human), world, eps, cfg["simulate"], cfg["prompts"], 42, strict=strict)
+    world = make_world(cfg.world)
+    human = open_model(_pretrained(root), cfg.model)
+    eps = setup(world, episode_questions(world, cfg.simulate), cfg.simulate, 42)
+    return play(human, instructor(human), world, eps, cfg.simulate, cfg.prompts, 42, strict=strict)
 
 
 @pytest.mark.slow

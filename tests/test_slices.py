@@ -40,10 +40,13 @@ def test_a_section_the_slice_leaves_out_holds_its_defaults(plan):
     assert cfg.prompts.name == "embedded" and cfg.prompts.episode is None
 
 
-def test_a_section_answers_by_key_as_by_attribute(plan):
+def test_a_section_is_its_dataclass_read_by_attribute_only(plan):
+    from martingale.beliefs.section import ElicitConfig
+    from martingale.stages.section import EvalConfig
     cfg = stage_config(kinds()["evaluate"], _first(plan, "evaluate").cfg)
-    assert cfg.eval["ci"] == cfg.eval.ci and cfg.eval.get("no_such_key", 7) == 7
-    assert dict(cfg.elicit)["mode"] == cfg.elicit.mode and "mode" in cfg.elicit
+    assert type(cfg.eval) is EvalConfig and type(cfg.elicit) is ElicitConfig
+    with pytest.raises(TypeError):
+        cfg.eval["ci"]
 
 
 def test_an_unknown_key_in_a_slice_is_refused_naming_it(plan):

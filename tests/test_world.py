@@ -1,4 +1,6 @@
 """The synthetic world: seeded, disjoint splits and an exact Bayes oracle that is a martingale."""
+from dataclasses import asdict, replace
+
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
@@ -16,14 +18,14 @@ def world():
 
 
 def test_same_seed_gives_the_same_questions(world):
-    again = SyntheticWorld(dict(world.cfg))
+    again = SyntheticWorld(asdict(world.cfg))
     assert world.splits() == again.splits()
 
 
 def test_heldout_never_repeats_a_train_question(world):
     train, heldout = world.splits()
     assert not {q.clues for q in train} & {q.clues for q in heldout}
-    assert len(heldout) == world.cfg["n_heldout"]
+    assert len(heldout) == world.cfg.n_heldout
 
 
 def test_base_rate_matches_the_config(world):
@@ -101,7 +103,7 @@ def test_splits_give_up_with_the_key_when_too_few_distinct_questions_exist():
 
 def test_a_heldout_redraw_keeps_the_world_and_its_training_questions_and_draws_new_heldout_ones(world):
     train, heldout = world.splits()
-    redrawn = SyntheticWorld({**world.cfg, "heldout_draw": 1})
+    redrawn = SyntheticWorld(replace(world.cfg, heldout_draw=1))
     train_again, heldout_again = redrawn.splits()
     assert train_again == train and (redrawn.llr == world.llr).all()
     assert not {q.clues for q in heldout_again} & {q.clues for q in heldout}     # fresh questions …

@@ -1,8 +1,8 @@
 """A stage's typed slice: the config the plan hashes for a stage (plan.stage_slice, plain JSON)
 rebuilt as the schema's dataclasses, so a stage body reads typed attributes (``cfg.stage.lr`` is a
 float, ``cfg.seed`` an int) with no string lookups or casts. A setting the slice leaves out (not
-in the stage's id) holds its declared default. Each section also answers ``sec["key"]`` and
-``sec.get("key")``, as the model, world and belief code that takes a section reads it.
+in the stage's id) holds its declared default. The model, world, belief and episode code types
+what it is given the same way (core/typed.py), so it reads attributes whatever it is handed.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import functools
 from typing import Any, Optional
 
 from ..core.registry import epoch
-from ..core.typed import SectionView, type_hints, typed
+from ..core.typed import type_hints, typed
 from ..stages import StageKind
 from . import schema
 
@@ -52,7 +52,7 @@ def _slice_class(kind: StageKind, registries: int) -> type:
 def stage_config(kind: StageKind, cfg: Any) -> Any:
     """``cfg``, a stage's slice as the plan made it (or already typed), as its kind's typed slice: a
     key the plan left out (``prompts`` where the prompt set is the embedded one) at its default."""
-    if isinstance(cfg, SectionView):
+    if dataclasses.is_dataclass(cfg):
         return cfg
     given = {k: v for k, v in cfg.items() if v is not None}
     for key in (*kind.keys, *(("stage",) if kind.place == "step" else ())):

@@ -1,5 +1,5 @@
-"""A section's typed view: a mapping (a composed config's section, a stage slice's JSON) rebuilt as
-the schema's dataclass, so code reads typed attributes (``sec.lr`` a float) with no string lookups
+"""A section typed: a mapping (a composed config's section, a stage slice's JSON) rebuilt as the
+schema's dataclass, so code reads typed attributes (``sec.lr`` a float) with no string lookups
 or casts. A key the mapping lacks holds its declared default; a key the dataclass does not declare
 is an error naming it. Below every layer, so a world or a reader types its own section."""
 from __future__ import annotations
@@ -21,42 +21,6 @@ def dataclass_in(annotation: Any) -> Optional[type]:
     return None
 
 
-class SectionView:
-    """A section's settings by key as well as by attribute (a read-only mapping of its fields)."""
-
-    def __getitem__(self, key: str) -> Any:
-        if key not in self.__dataclass_fields__:          # type: ignore[attr-defined]
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return getattr(self, key) if key in self.__dataclass_fields__ else default   # type: ignore[attr-defined]
-
-    def keys(self) -> typing.KeysView[str]:
-        return self.__dataclass_fields__.keys()           # type: ignore[attr-defined]
-
-    def items(self) -> list[tuple[str, Any]]:
-        return [(k, getattr(self, k)) for k in self.keys()]
-
-    def __iter__(self) -> typing.Iterator[str]:
-        return iter(self.keys())
-
-    def __len__(self) -> int:
-        return len(self.keys())
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.keys()
-
-
-Mapping.register(SectionView)     # json writers and mapping checks take a section as the mapping it is
-
-@functools.lru_cache(maxsize=None)
-def _view(cls: type) -> type:
-    """``cls`` with SectionView's key access (a subclass: the same fields, defaults and checks)."""
-    view = type(cls.__name__, (cls, SectionView), {"__module__": cls.__module__, "__doc__": cls.__doc__})
-    return dataclasses.dataclass(view)
-
-
 @functools.lru_cache(maxsize=None)
 def type_hints(cls: type) -> dict[str, Any]:
     """A dataclass's field types, resolved (its annotations are strings), once per class."""
@@ -72,9 +36,10 @@ def _default(f: dataclasses.Field) -> Any:
 
 
 def typed(cls: type, value: Any, where: str = "") -> Any:
-    """``value`` (a mapping, or an instance of ``cls``) as ``cls``'s view: each key of its type, a
-    key it lacks at its default; a key ``cls`` does not declare is an error naming it."""
-    if isinstance(value, SectionView):
+    """``value`` (a mapping, or a dataclass instance) as an instance of ``cls``: each key of its
+    type, a key it lacks at its default; a key ``cls`` does not declare is an error naming it. An
+    instance of ``cls`` already is returned as it is."""
+    if isinstance(value, cls):
         return value
     given = value if isinstance(value, Mapping) else {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
     fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -91,7 +56,7 @@ def typed(cls: type, value: Any, where: str = "") -> Any:
         elif _is_float(hints[name]) and isinstance(v, int) and not isinstance(v, bool):
             v = float(v)
         out[name] = v
-    return _view(cls)(**out)
+    return cls(**out)
 
 
 def section_of(cfg: Any, key: str) -> Any:

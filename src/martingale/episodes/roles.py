@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import asdict
+from dataclasses import asdict, is_dataclass
 from typing import Any
 
+from ..core.typed import section_of
 from ..model.api_client import ApiModelConfig
+from ..model.section import WHERE
+from .section import simulate_section
 
 
-def role_model(cfg: dict[str, Any], role: str) -> dict[str, Any]:
+def role_model(cfg: Any, role: str) -> dict[str, Any]:
     """A role's model config: the run's ``model`` with ``simulate.<role>_model``'s keys changed
     (nested sections merged key by key, as OmegaConf.merge does; both are composed already)."""
-    over = cfg["simulate"].get(f"{role}_model")
-    base = {"api": asdict(ApiModelConfig()), **cfg["model"]}   # a stage's slice holds model.api only where used
-    return {**merged(base, over or {}), "_where": f"simulate.{role}_model.api"}
+    over = getattr(simulate_section(section_of(cfg, "simulate")), f"{role}_model")
+    model = section_of(cfg, "model")
+    model = asdict(model) if is_dataclass(model) else dict(model)
+    base = {"api": asdict(ApiModelConfig()), **model}   # a stage's slice holds model.api only where used
+    return {**merged(base, over or {}), WHERE: f"simulate.{role}_model.api"}
 
 
 def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -29,4 +34,4 @@ def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 def same_model(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Two roles' model configs name the same model (where each is named in messages aside)."""
-    return {k: v for k, v in a.items() if k != "_where"} == {k: v for k, v in b.items() if k != "_where"}
+    return {k: v for k, v in a.items() if k != WHERE} == {k: v for k, v in b.items() if k != WHERE}

@@ -181,7 +181,7 @@ class ApiClient:
         with r:
             if r.status_code in FATAL:
                 raise self.error(f"{self.where} at {self.url}: HTTP {r.status_code} ({FATAL[r.status_code]}; "
-                                 f"{self.where}.model={self.cfg['model']}, key from ${self.cfg['api_key_env']})")
+                                 f"{self.where}.model={self.cfg.model}, key from ${self.cfg.api_key_env})")
             if r.status_code != 200:
                 raise Retry(f"HTTP {r.status_code}", retry_after(r.headers.get("Retry-After")))
             data = _read_by(r, deadline, limit)
@@ -195,7 +195,7 @@ class ApiClient:
     def failure(self) -> str:
         """Why requests failed, for a failure line: the endpoint and the first reasons."""
         reasons = "; ".join(dict.fromkeys(self.failure_examples)) or "no failure"
-        return f"{self.where} at {self.url}, model {self.cfg['model']}: {reasons}"
+        return f"{self.where} at {self.url}, model {self.cfg.model}: {reasons}"
 
     def stats(self) -> dict[str, Any]:
         """Calls sent (retries included), answered by the server, empty answers (not cached), from

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Protocol, r
 
 from ..core.registry import Registry
 from ..core.settings import Section
+from ..core.typed import section_of
 from .api_client import ApiModelConfig
 from .serving import VLLMConfig
 
@@ -121,9 +122,9 @@ def backend_sections() -> dict[str, Section]:
     return {name: kind.section for name, kind in backends().items() if kind.section is not None}
 
 
-def backend_class(model_cfg: dict[str, Any]) -> type:
+def backend_class(model_cfg: Any) -> type:
     """The class of the backend ``model.backend`` names (its module imported now)."""
-    name = model_cfg["backend"]
+    name = section_of(model_cfg, "backend")
     if name not in backends():
         raise ValueError(f"model.backend: unknown backend {name!r} (known: {', '.join(BACKENDS)})")
     kind = BACKENDS[name]

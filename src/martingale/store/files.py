@@ -3,6 +3,7 @@ and no key-like environment value in it (the redaction pass below)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import math
@@ -26,7 +27,9 @@ def _finite(obj: Any) -> Any:
     """NaN and ±inf become null: JSON has no NaN, and a missing number must not look like one."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
-    if isinstance(obj, Mapping):       # a typed config section too (config/slices.py)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):   # a typed config section (core/typed.py)
+        return {f.name: _finite(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Mapping):
         return {k: _finite(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [_finite(v) for v in obj]

@@ -16,6 +16,7 @@ differs or that does not load is discarded with a log line, and training starts 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import shutil
 from dataclasses import dataclass, field
@@ -51,8 +52,9 @@ def folder(out_dir: Path | str) -> Path:
 
 def fingerprint(cfg: Any) -> str:
     """sha256 of the stage's typed config, less the keys that do not change the run."""
-    stage = {k: v for k, v in cfg.stage.items() if k not in NOT_FINGERPRINTED}
-    return hashlib.sha256(files.canonical_json({**cfg, "stage": stage}).encode("utf-8")).hexdigest()
+    whole = json.loads(files.canonical_json(cfg))      # the typed sections as the mappings they hold
+    whole["stage"] = {k: v for k, v in whole["stage"].items() if k not in NOT_FINGERPRINTED}
+    return hashlib.sha256(files.canonical_json(whole).encode("utf-8")).hexdigest()
 
 
 def adapter(model) -> dict[str, Any]:

@@ -12,6 +12,7 @@ plain ``python``) fails in one line: every rank checks the world size it was sta
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import subprocess
@@ -115,7 +116,9 @@ def launch(kind: str, cfg: dict[str, Any], inputs: dict[str, Path], out_dir: Pat
 
 def non_finite(obj: Any, path: str = "") -> Iterator[tuple[str, float]]:
     """(dotted key, value) of each NaN or infinite float in a config slice: what files.write_json
-    would write as null, in what it walks (a typed section is a Mapping too)."""
+    would write as null, in what it walks."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):   # a typed section: its fields
+        obj = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
     if isinstance(obj, Mapping):
         for key, value in obj.items():
             yield from non_finite(value, f"{path}.{key}" if path else str(key))
