@@ -81,7 +81,7 @@ def test_the_server_serves_the_same_weights_as_hf(smollm2):
     backend, prompts = smollm2
     report = backend.verify(sorted(prompts, key=len)[:4])   # the 4 shortest: HF's side is the slow one
     assert report["parity_probes"] == 4
-    assert report["parity_max_logprob_gap"] <= float(backend.cfg["vllm"]["parity_tol"])
+    assert report["parity_max_logprob_gap"] <= float(backend.cfg.vllm.parity_tol)
 
 
 def test_a_forced_read_through_the_server_is_the_one_hf_reads(smollm2):
@@ -104,7 +104,7 @@ def test_a_no_op_adapter_on_the_real_architecture_is_caught_as_not_applied(smoll
 
     from martingale.core.errors import StageError
     backend, prompts = smollm2
-    policy = get_peft_model(backend.local.model, LoraConfig(r=8, lora_alpha=16, target_modules=list(backend.cfg["lora_targets"])))
+    policy = get_peft_model(backend.local.model, LoraConfig(r=8, lora_alpha=16, target_modules=list(backend.cfg.lora_targets)))
     try:
         policy.save_pretrained(tmp_path / "noop")
         backend.load_adapter("noop", tmp_path / "noop")

@@ -224,7 +224,7 @@ def test_hf_scores_the_servers_sampled_tokens_as_the_server_did(served):
     ours = _rows(gen.token_logprobs(batch, 1.0), batch)
     assert all(len(t) >= 1 and len(o) >= len(t) for t, o in zip(theirs, ours))
     gaps = [abs(a - b) for t, o in zip(theirs, ours) for a, b in zip(t, o)]
-    assert max(gaps) <= gen.cfg["vllm"]["parity_tol"], gaps
+    assert max(gaps) <= gen.cfg.vllm.parity_tol, gaps
 
 
 @server_test

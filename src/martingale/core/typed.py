@@ -63,3 +63,11 @@ def section_of(cfg: Any, key: str) -> Any:
     """The section ``key`` of a config, whether a mapping (a composed config) or typed (a stage's
     slice); None where it has none."""
     return cfg.get(key) if isinstance(cfg, Mapping) else getattr(cfg, key, None)
+
+
+def fields_of(section: Any) -> dict[str, Any]:
+    """A section's settings by name, one level deep: a typed section's fields, or the mapping's
+    keys (a reward binds its parameters from either)."""
+    if dataclasses.is_dataclass(section) and not isinstance(section, type):
+        return {f.name: getattr(section, f.name) for f in dataclasses.fields(section)}
+    return dict(section)

@@ -22,6 +22,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ..core.registry import Registry, epoch
+from ..core.typed import fields_of
 
 INPUTS = ("prior", "posterior", "stated", "y", "trajectory")
 EPISODE_INPUTS = ("trajectory",)   # only an episode has one (stages/instructor.py): the human's P at every turn
@@ -43,9 +44,11 @@ class Reward:
         """Reads an episode's trajectory: only an instructor stage can score it."""
         return any(k in EPISODE_INPUTS for k in self.needs)
 
-    def bind(self, stage_cfg: Mapping[str, Any]) -> Callable[..., np.ndarray]:
+    def bind(self, stage_cfg: Any) -> Callable[..., np.ndarray]:
         """The reward as a function of a batch (``score(prior=…, posterior=…, stated=…, y=…)``),
-        its parameters taken from the stage config; NaN wherever a needed input is NaN."""
+        its parameters taken from the stage config (typed, or its keys); NaN wherever a needed
+        input is NaN."""
+        stage_cfg = fields_of(stage_cfg)
         missing = [p for p in self.params if p not in stage_cfg]
         if missing:
             raise ValueError(f"reward {self.name}: stage config has no {', '.join(missing)}")
@@ -105,7 +108,7 @@ def _reward_settings(registries: int) -> dict[str, tuple[str, Any]]:
     return out
 
 
-def bind(name: str, stage_cfg: Mapping[str, Any]) -> Callable[..., np.ndarray]:
+def bind(name: str, stage_cfg: Any) -> Callable[..., np.ndarray]:
     """Reward ``name`` bound to a stage config: a function of the batch (see ``Reward.bind``)."""
     if name not in rewards():
         raise ValueError(f"stages.*.reward: unknown reward {name!r} (known: {', '.join(REWARDS)})")

@@ -7,6 +7,7 @@ it) and checked applied there; an error on rank 0 reaches every rank as the same
 """
 from __future__ import annotations
 
+import dataclasses
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -97,8 +98,9 @@ class Shared:
                 b.close()
 
 
-def _local_cfg(model_cfg: dict[str, Any]) -> dict[str, Any]:
-    return {**model_cfg, "backend": "hf"}
+def _local_cfg(model_cfg: Any) -> Any:
+    """The model config a rank opens its torch copy with: the same model on the hf backend."""
+    return dataclasses.replace(model_section(model_cfg), backend="hf")
 
 
 @contextmanager

@@ -23,7 +23,7 @@ class EchoBackend(HFBackend):
     @classmethod
     def load(cls, folder, model_cfg):
         made = super().load(folder, model_cfg)
-        made.delay = int(model_cfg["echo"]["delay_ms"]) / 1000
+        made.delay = int(model_cfg.echo.delay_ms) / 1000
         return made
 
     def sample(self, *args, **kwargs):

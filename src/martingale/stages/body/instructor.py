@@ -39,6 +39,7 @@ from ... import rewards
 from ...beliefs.elicit import probe_prompts
 from ...beliefs.prompts import Prompts
 from ...core.errors import StageError
+from ...core.typed import fields_of
 from ...episodes import chat
 from ...episodes import synthetic as ep_mod
 from ...episodes.chat import NO_INSTRUCTOR
@@ -166,7 +167,7 @@ def run(cfg: InstructorSlice, start_model: Path, human_model: Path, out_dir: Pat
     chat = is_chat(cfg)
     check_config(cfg)
     try:
-        score = rewards.bind(stage.reward, {**stage, **train})
+        score = rewards.bind(stage.reward, {**fields_of(stage), **fields_of(train)})
     except ValueError as e:
         raise StageError(str(e)) from None
     seed_everything(seed)
