@@ -16,7 +16,7 @@ EVALUATE = declare("evaluate", "measure", keys=("world", "model", "elicit", "eva
 
 
 class EvaluateSlice(Protocol):
-    """What a evaluate stage's body reads: its slice, typed (config/slices.py builds it from the plan's)."""
+    """What an evaluate stage's body reads: its slice, typed (config/slices.py builds it from the plan's)."""
     world: WorldConfig
     model: ModelConfig
     elicit: ElicitConfig

@@ -34,7 +34,7 @@ INSTRUCTOR = declare("instructor", "step", keys=("world", "model", "prompts", "s
 
 
 class InstructorSlice(Protocol):
-    """What a instructor stage's body reads: its slice, typed (config/slices.py builds it from the plan's)."""
+    """What an instructor stage's body reads: its slice, typed (config/slices.py builds it from the plan's)."""
     world: WorldConfig
     model: ModelConfig
     prompts: PromptsConfig
