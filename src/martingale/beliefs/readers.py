@@ -86,7 +86,7 @@ HELPERS = ("api_judge", "elicit", "forced", "parse", "prompts", "readers", "sect
 
 def reader(name: str, needs_judge: bool = False, section: Optional[Section] = None) -> Callable[[ReadFn], ReadFn]:
     """Register the decorated function as reader ``name`` (see the module docstring); its settings,
-    if it has any, are ``section`` (a top-level key, read from ``ctx.config[section.key]``)."""
+    if it has any, are ``section`` (a top-level key, read typed as ``ctx.section(section.key)``)."""
     def register(fn: ReadFn) -> ReadFn:
         READERS.add(name, Reader(name, fn, needs_judge, section))
         return fn

@@ -14,4 +14,4 @@ class MidwayConfig:
 @reader("midway", section=Section("midway", MidwayConfig))
 def midway(ctx, questions, texts, k):
     """Every trace read at ``midway.value``."""
-    return [float(ctx.config["midway"]["value"])] * len(texts)
+    return [float(ctx.section("midway").value)] * len(texts)
