@@ -58,6 +58,15 @@ def test_an_eval_json_that_breaks_the_schema_is_refused_with_one_line_naming_the
     assert eval_errors(broken) == ["config_hash: 'not-a-hash' does not match '^sha256:[0-9a-f]{64}$'"]
 
 
+def test_a_seed_count_is_numbers_never_a_k_of_n_string(tmp_path):
+    lineage = [{"run_id": "base", "parent": None, "knob": None}]
+    good = write_run_results("base", {}, lineage, _evals(tmp_path, "base", [41, 42]), tmp_path / "out", plots=False)
+    assert good["stages"]["s1"]["counts"]["beats_start"] == {"k": good["stages"]["s1"]["counts"]["beats_start"]["k"], "n": 2}
+    broken = copy.deepcopy(good)
+    broken["stages"]["s1"]["counts"]["beats_start"] = "1/2"
+    assert [e.split(":")[0] for e in eval_errors(broken)] == ["stages/s1/counts/beats_start"]
+
+
 def test_a_broken_result_leaves_the_run_folder_unwritten(tmp_path, monkeypatch):
     import martingale.records.aggregate as aggregate
     monkeypatch.setattr(aggregate, "config_hash", lambda cfg: "sha256:short")

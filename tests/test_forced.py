@@ -115,3 +115,15 @@ def test_stage_metrics_put_the_verbal_and_forced_reads_side_by_side():
     assert m["n_read_pairs"] == 3 and m["read_coherence"] == pytest.approx(0.05)
     assert m["forced_mass"] == pytest.approx(0.8) and m["forced_prior_mass"] == pytest.approx(0.9)
     assert math.isnan(m["verbal_ms"])
+
+
+def test_a_forced_snap_prior_with_prior_draws_is_refused_naming_eval_prior_draws():
+    """The forced snap prior is one deterministic read: no draws to de-attenuate."""
+    from projcopy import FIXTURE
+
+    from martingale.config.compose import ComposeError, Composer
+    forced_snap = ["prompts=log", "elicit.mode=snap", "elicit.read=forced"]
+    composer = Composer(FIXTURE / "conf")
+    assert composer.compose(forced_snap)["eval"]["prior_draws"] == 0
+    with pytest.raises(ComposeError, match=r"^eval\.prior_draws: the forced snap prior is one deterministic read"):
+        composer.compose([*forced_snap, "eval.prior_draws=4"])
