@@ -119,9 +119,9 @@ def test_stage_metrics_put_the_verbal_and_forced_reads_side_by_side():
 
 def test_a_forced_snap_prior_with_prior_draws_is_refused_naming_eval_prior_draws():
     """The forced snap prior is one deterministic read: no draws to de-attenuate."""
-    from projcopy import FIXTURE
-
     from martingale.config.compose import ComposeError, Composer
+
+    from projcopy import FIXTURE
     forced_snap = ["prompts=log", "elicit.mode=snap", "elicit.read=forced"]
     composer = Composer(FIXTURE / "conf")
     assert composer.compose(forced_snap)["eval"]["prior_draws"] == 0

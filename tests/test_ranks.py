@@ -260,9 +260,9 @@ def test_losses_of_ranks_are_reduced_over_the_batch():
 
 def test_ranks_needing_more_gpus_than_a_node_has_are_refused_naming_the_ranks():
     """On a GPU model each rank takes a GPU of its node: 2 ranks on a 1-GPU node cannot run."""
-    from projcopy import FIXTURE
-
     from martingale.config.compose import ComposeError, Composer
+
+    from projcopy import FIXTURE
     composer = Composer(FIXTURE / "conf")
     assert composer.compose(["model.resources.gpus=2", "model.distributed.ranks=2"])["model"]["distributed"]["ranks"] == 2
     with pytest.raises(ComposeError, match=r"^model\.distributed\.ranks: a node's ranks \(one GPU each\)"):
