@@ -12,16 +12,9 @@ from typing import Any, Optional
 
 from ..core.registry import epoch
 from ..core.typed import type_hints, typed
+from ..model.section import section_class as model_section_class
 from ..stages import StageKind
 from . import schema
-
-
-@functools.lru_cache(maxsize=None)
-def _model_slice_class(model: type) -> type:
-    """The model section as a slice holds it: plus ``threads``, which the plan derives for a kind
-    whose bytes depend on it (plan.compute_threads) and hashes with the model."""
-    return dataclasses.make_dataclass(model.__name__, [("threads", Optional[int], dataclasses.field(default=None))],
-                                      bases=(model,))
 
 
 def slice_class(kind: StageKind) -> type:
@@ -33,7 +26,7 @@ def slice_class(kind: StageKind) -> type:
 @functools.lru_cache(maxsize=None)
 def _slice_class(kind: StageKind, registries: int) -> type:
     config = {f.name: f for f in dataclasses.fields(schema.config_class())}
-    hints = {**type_hints(schema.config_class()), "model": _model_slice_class(schema.model_class())}
+    hints = {**type_hints(schema.config_class()), "model": model_section_class()}   # with the plan's threads
     keys = list(kind.keys)
     if "elicit" in keys:
         keys += [d.path for d in schema.declared_sections() if d.by == "reader" and d.path not in keys]

@@ -100,11 +100,16 @@ WHERE = "_where"   # a role's model config names its api section for messages (e
 
 @functools.lru_cache(maxsize=4)
 def _section_class(registries: int) -> type:
-    """ModelConfig with every backend's section (``vllm``, ``api``) and the ``threads`` a stage's
-    slice adds for a kind whose bytes depend on it."""
+    """ModelConfig with every backend's section (``vllm``, ``api``) and ``threads``, which the plan
+    derives for a kind whose bytes depend on it (plan.compute_threads) and hashes with the model."""
     extra = [(s.key, s.schema, section(s.schema)) for s in backend_sections().values()]
     extra.append(("threads", Optional[int], dataclasses.field(default=None)))
     return dataclasses.make_dataclass("ModelSection", extra, bases=(ModelConfig,))
+
+
+def section_class() -> type:
+    """The ``model`` section's dataclass as a stage's slice and model_section hold it."""
+    return _section_class(epoch())
 
 
 def model_section(cfg: Any) -> Any:
@@ -113,4 +118,4 @@ def model_section(cfg: Any) -> Any:
     if dataclasses.is_dataclass(cfg):
         return cfg
     given = {k: v for k, v in (cfg or {}).items() if k != WHERE} if isinstance(cfg, Mapping) or cfg is None else cfg
-    return typed(_section_class(epoch()), given, "model")
+    return typed(section_class(), given, "model")

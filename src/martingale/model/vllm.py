@@ -58,12 +58,12 @@ class VLLMBackend:
 
     @classmethod
     def load(cls, folder: Path | str, model_cfg: dict[str, Any]) -> "VLLMBackend":
+        model_cfg = model_section(model_cfg)
         local = HFBackend.load(folder, model_cfg)
         path = model_dir(folder) if model_dir(folder).is_dir() else Path(folder)
-        url = model_section(model_cfg).server_url
-        if url:
-            server = Server(url, model_cfg)
-            server.wait_ready(float(model_section(model_cfg).vllm.startup_timeout_s))
+        if model_cfg.server_url:
+            server = Server(model_cfg.server_url, model_cfg)
+            server.wait_ready(float(model_cfg.vllm.startup_timeout_s))
         else:
             server = Server.start(path, model_cfg)
         return cls(server, local, model_cfg)

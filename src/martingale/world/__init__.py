@@ -14,8 +14,8 @@ __all__ = ["HELPERS", "WORLDS", "WorldConfig", "WorldKind", "open_world", "world
 
 def open_world(cfg: Any) -> Any:
     """The world a ``world`` section names (a section without a name: the synthetic clue table)."""
-    name = world_section(cfg).name
+    section = world_section(cfg)
     every = worlds()
-    if name not in every:
-        raise KeyError(f"world={name!r}: no such world ({', '.join(every)})")
-    return every[name].cls(cfg)
+    if section.name not in every:
+        raise KeyError(f"world={section.name!r}: no such world ({', '.join(every)})")
+    return every[section.name].cls(section)
