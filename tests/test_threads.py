@@ -22,6 +22,7 @@ def test_a_job_given_one_thread_runs_torch_and_every_pool_on_one(monkeypatch):
 
 def test_a_training_stage_computes_with_its_own_count_even_where_snakemake_gives_fewer():
     from martingale.jobs.smk import compute_threads
-    assert compute_threads({"model": {"threads": 2}}, given=1) == 2     # --cores 1: same bytes
-    assert compute_threads({"model": {"name": "tiny"}}, given=1) == 1    # an eval takes what it is given
-    assert compute_threads({"world": {}}, given=2) == 2
+    from martingale.model.section import model_section
+    assert compute_threads(model_section({"threads": 2}), given=1) == 2     # --cores 1: same bytes
+    assert compute_threads(model_section({"name": "tiny"}), given=1) == 1    # an eval takes what it is given
+    assert compute_threads(model_section(None), given=2) == 2               # a stage with no model

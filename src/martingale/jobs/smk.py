@@ -18,6 +18,7 @@ from martingale.records.aggregate import write_run_results
 from ..config.slices import stage_config
 from ..core.errors import StageError
 from ..core.threads import use_threads
+from ..model.section import model_section
 from ..stages import kinds
 from ..store.files import open_log, read_json, redact, write_json
 from ..store.manifest import require
@@ -83,11 +84,11 @@ def _logged(snakemake: Any, body: Callable[[], Any]) -> Any:
             sys.stdout.flush()
 
 
-def compute_threads(cfg: dict, given: int) -> int:
+def compute_threads(model: Any, given: int) -> int:
     """The threads a stage job computes with: a training stage's own count (in its id:
     plan.compute_threads) even where Snakemake gives fewer (``--cores 1``), so its bytes never
     depend on the machine; any other stage takes what it is given."""
-    fixed = (cfg.get("model") or {}).get("threads")
+    fixed = model.threads
     if fixed is None:
         return given
     if int(fixed) != given:
@@ -97,10 +98,10 @@ def compute_threads(cfg: dict, given: int) -> int:
     return int(fixed)
 
 
-def ranked(kind: Any, cfg: dict) -> int:
+def ranked(kind: Any, model: Any) -> int:
     """The ranks a stage job runs on this node: ``model.distributed`` ranks / nodes for a kind that
     takes ranked steps, else 1."""
-    n, _, nodes = ranks_of(cfg.get("model"))
+    n, _, nodes = ranks_of(model)
     return n // nodes if kind.ranked else 1
 
 
@@ -111,8 +112,9 @@ def run_stage(snakemake: Any) -> None:
     wandb."""
     kind = kinds()[snakemake.rule]
     cfg = dict(snakemake.params.cfg)
-    ranks_here = ranked(kind, cfg)        # a ranked stage's job holds its ranks' threads (on this node)
-    threads = compute_threads(cfg, int(snakemake.threads) // ranks_here)
+    model = model_section(cfg.get("model"))
+    ranks_here = ranked(kind, model)      # a ranked stage's job holds its ranks' threads (on this node)
+    threads = compute_threads(model, int(snakemake.threads) // ranks_here)
     use_threads(threads)
     inputs = {role: Path(marker).parent for role, marker in snakemake.input.items()}
     for folder in inputs.values():
@@ -126,7 +128,7 @@ def run_stage(snakemake: Any) -> None:
         with stage_context(Path.cwd(), snakemake.wildcards.sid, dict(snakemake.params.cfg)):
             # provenance.json (versions, vLLM server, weights' sha256) goes into out_dir
             with collecting(out_dir, Path.cwd()):
-                if kind.ranked and ranks_of(cfg.get("model"))[0] > 1:
+                if kind.ranked and ranks_of(model)[0] > 1:
                     ranks.launch(kind.name, cfg, inputs, out_dir, threads)
                 else:
                     kind.run(stage_config(kind, cfg), out_dir=out_dir, **inputs)

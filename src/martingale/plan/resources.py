@@ -45,7 +45,7 @@ def _resources(model: Any, kind: Optional[StageKind] = None) -> dict[str, Any]:
     per_node = 1
     nodes = 1
     if kind is not None and kind.ranked:
-        ranks, _, nodes = ranks_of(model)
+        ranks, _, nodes = ranks_of(m)
         per_node = ranks // nodes
     out: dict[str, Any] = {
         "device": str(m.device),

@@ -91,7 +91,8 @@ def launch(kind: str, cfg: dict[str, Any], inputs: dict[str, Path], out_dir: Pat
     """Run stage kind ``kind`` on the ranks its model config asks for, this job waiting on them:
     their log lines go to this job's log; a rank that fails fails the stage in one line naming it
     (torchrun stops the others: none is left waiting on a collective)."""
-    ranks, strategy, nodes = ranks_of(cfg.get("model"))
+    model = model_section(cfg.get("model"))
+    ranks, strategy, nodes = ranks_of(model)
     bad = next(non_finite(cfg), None)
     if bad is not None:   # spec.json would carry it as null: the ranks would fail on a TypeError
         raise StageError(f"{kind} stage config: {bad[0]} is {bad[1]}, not a finite number")
@@ -102,7 +103,7 @@ def launch(kind: str, cfg: dict[str, Any], inputs: dict[str, Path], out_dir: Pat
                                     "out_dir": str(out_dir), "ranks": ranks, "strategy": strategy,
                                     "threads": threads, "scratch": scratch})
         env = {**os.environ, SPEC_VAR: str(spec), "OMP_NUM_THREADS": str(threads),
-               **server_devices(cfg.get("model"), ranks // nodes)}
+               **server_devices(model, ranks // nodes)}
         cmd = [*launcher(ranks, nodes, env), "-m", "martingale.jobs.rank", str(spec)]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         tail: list[str] = []
