@@ -12,21 +12,12 @@ from ..beliefs.section import ElicitConfig, EpisodePromptsConfig, PromptsConfig 
 from ..core.settings import (
     POSITIVE,
     Maybe,
-    Name,
-    OneOf,
     setting,
 )
 from ..model.section import Distributed, ModelConfig, Resources  # noqa: F401 (declared by the model package)
 from ..stages.section import EvalConfig, StageConfig  # noqa: F401 (declared by the stage kinds)
+from ..store.tracking import WandbConfig  # noqa: F401 (declared where runs are tracked)
 from ..world.section import WorldConfig  # noqa: F401 (declared by the world package)
-
-
-@dataclass
-class WandbConfig:
-    """How runs are tracked in wandb (store/tracking.py): offline by default."""
-    mode: str = setting("offline", OneOf(("offline", "online", "disabled")), "offline | online | disabled")
-    project: str = setting("martingale", Name())
-    entity: Optional[str] = setting(None, Name(optional=True))
 
 
 @dataclass

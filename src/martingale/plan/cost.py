@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
+from ..core.typed import section_of
+from ..model.section import model_section
 from ..stages import kinds
 from ..store import stage_dir
 from ..store.manifest import MANIFEST
@@ -47,7 +49,8 @@ def is_built(root: Path | str, sid: str) -> bool:
 
 def model_name(stage: Stage) -> str:
     """The model a stage runs on (``model.name``), for grouping its cost."""
-    return str((stage.cfg.get("model") or {}).get("name", "?"))
+    model = section_of(stage.cfg, "model")
+    return "?" if model is None else str(model_section(model).name)
 
 
 def build_stages(plan: Plan, runs: Iterable[str]) -> list[str]:

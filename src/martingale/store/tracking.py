@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
+from ..core.settings import Name, OneOf, setting
+from ..core.typed import typed
 from . import read_index
 from .files import read_optional
 
@@ -49,21 +51,31 @@ def wandb_id(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", text)[:128]
 
 
-def _mode(settings: dict) -> str:
-    return os.environ.get("WANDB_MODE") or str(settings.get("mode") or "offline")
+@dataclass
+class WandbConfig:
+    """How runs are tracked in wandb: offline by default."""
+    mode: str = setting("offline", OneOf(("offline", "online", "disabled")), "offline | online | disabled")
+    project: str = setting("martingale", Name())
+    entity: Optional[str] = setting(None, Name(optional=True))
+
+
+def _mode(settings: WandbConfig) -> str:
+    """WANDB_MODE where set (``disabled`` in tests), else the run's ``wandb.mode``."""
+    return os.environ.get("WANDB_MODE") or settings.mode
 
 
 def _init(*, name: str, run_id: str, job_type: str, group: Optional[str], config: dict,
           settings: dict, root: Path | str = ".") -> Any:
     """wandb.init of one run (None when wandb is disabled)."""
-    mode = _mode(settings)
+    tracked = typed(WandbConfig, settings or {}, "wandb")
+    mode = _mode(tracked)
     if mode == "disabled":
         return None
     import wandb
 
     if group and len(group) > 128:  # wandb's limit: keep the run's end of the lineage
         group = "…" + group[-127:]
-    return wandb.init(project=settings.get("project") or "martingale", entity=settings.get("entity"),
+    return wandb.init(project=tracked.project, entity=tracked.entity,
                       name=name, id=wandb_id(run_id), job_type=job_type, group=group, config=config,
                       mode=mode, dir=str(Path(root)), reinit="create_new",
                       settings=wandb.Settings(silent=True, console="off", x_disable_stats=True))
