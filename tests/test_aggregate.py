@@ -36,14 +36,16 @@ def test_seeds_are_aggregated_as_mean_and_sd_per_stage(tmp_path):
     assert json.loads((out / "eval.json").read_text()) == json.loads(files.canonical_json(result))
 
 
-def test_single_seed_stage_keeps_plain_metrics(tmp_path):
+def test_a_one_seed_stage_has_the_shape_of_several(tmp_path):
     d = tmp_path / "e"
     d.mkdir()
     _eval_dir(d, 0.25, 0.05, 42)
     result = write_run_results("base", {}, [{"run_id": "base", "parent": None, "knob": None}],
                                [{"stage": "s0", "seed": 42, "dir": d, "model_stage": "m", "eval_stage": "e"}],
                                tmp_path / "out")
-    assert result["stages"]["s0"]["brier"] == 0.25 and result["parent"] is None
+    s0 = result["stages"]["s0"]
+    assert s0["seeds"] == [42] and s0["brier"]["mean"] == 0.25 and s0["brier"]["per_seed"] == [0.25]
+    assert result["parent"] is None
 
 
 def test_chat_episodes_transcripts_are_gathered_per_stage_and_embedded_episodes_add_none():
@@ -72,3 +74,11 @@ def test_a_chat_episode_runs_eval_json_holds_its_transcripts_and_an_embedded_run
     assert got["transcripts"]["s0"][0]["messages"] == said
     assert "transcripts" not in write_run_results("p", {}, lineage, [dict(ev[0], dir=plain)], tmp_path / "out-p",
                                                   plots=False)
+
+
+def test_a_tracker_logs_one_value_per_metric_for_one_seed_and_several():
+    from martingale.stats.seeds import combine_seeds, combined_values
+    one = combine_seeds({42: {"brier": 0.2, "n": 48, "mode": "syc", "ms_ci": [0.1, 0.2], "api_judge": {"calls": 1}}})
+    assert combined_values(one) == {"brier": 0.2, "n": 48, "mode": "syc", "ms_ci": [0.1, 0.2]}
+    several = combine_seeds({41: {"brier": 0.2, "mode": "syc"}, 42: {"brier": 0.4, "mode": "syc"}})
+    assert combined_values(several) == {"brier": pytest.approx(0.3)}

@@ -22,6 +22,7 @@ from martingale.stats.effects import (
     paired_effect,
     replicate_summary,
 )
+from martingale.stats.seeds import seed_blocks
 from martingale.store import files
 
 
@@ -243,7 +244,7 @@ def test_aggregate_writes_the_knobs_effect_per_stage_and_the_headline(tmp_path):
     result = write_run_results("filter-s2only", CFG, LINEAGE, child, out, parent_evals=parent)
     ev = json.loads((out / "eval.json").read_text())
     assert ev == json.loads(files.canonical_json(result))
-    s0, s2 = ev["stages"]["s0"]["effect"], ev["stages"]["s2"]["effect"]
+    s0, s2 = (seed_blocks(ev["stages"][s]["effect"])[0][1] for s in ("s0", "s2"))   # the one seed's blocks
     assert s0["same_eval_stage"] and s0["brier"]["delta"] == 0 and s0["brier"]["p_t"] is None
     assert "every paired difference is 0" in s0["brier"]["undefined"]["p_t"]
     for key in ("delta", "ci", "p_t", "p_wilcoxon", "t", "wilcoxon", "share_child_wins", "n"):
@@ -292,7 +293,7 @@ def test_a_knob_that_adds_a_stage_is_headlined_by_its_final_stage_against_the_pa
     final, head = result["effect"]["final"], result["effect"]["headline"]
     assert (final["stage"], final["parent_stage"]) == ("s2", "s1") and not final["same_eval_stage"]
     assert result["effect"]["compares"] == head["compares"] == "s2 vs parent s1"
-    assert head["brier_delta"] == final["brier"]["delta"] < 0 and head["brier_ci"][1] < 0
+    assert head["brier_delta"] == seed_blocks(final)[0][1]["brier"]["delta"] < 0 and head["brier_ci"][1] < 0
     assert 0 <= head["p_t"] <= 1 and 0 <= head["p_wilcoxon"] <= 1 and head["ms_ci"][0] < head["ms_delta"]
     assert result["stages"]["s2"]["counts"]["beats_parent"] == {"k": 1, "n": 1}
 

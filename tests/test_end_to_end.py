@@ -18,6 +18,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+import oneseed
 import pytest
 from typed import typed_slice
 
@@ -77,7 +78,8 @@ def built(tmp_path_factory) -> Path:
 def test_filter_s2only_reports_every_stage_with_the_core_metrics(built):
     ev = json.loads((built / "results/filter-s2only/eval.json").read_text())
     assert ev["stage_order"] == ["s0", "s1", "s2"]
-    for stage in ev["stages"].values():
+    for block in ev["stages"].values():
+        stage = oneseed.metrics(block)
         for key in ("n", "brier", "bss", "mean_p", "share_gt_0.8", "ms", "ms_ci", "rho",
                     "parse_rate", "coherence", "ms_trace"):
             assert key in stage, key
@@ -92,7 +94,7 @@ def test_filter_s2only_shows_its_knobs_paired_effect_against_filter_twostage(bui
     ev = json.loads((built / "results/filter-s2only/eval.json").read_text())
     assert ev["effect"]["parent"] == "filter-twostage" and ev["effect"]["knob"] == "stages.s1.filter=null"
     for name, stage in ev["stages"].items():
-        eff = stage["effect"]
+        eff = oneseed.effect(stage["effect"])
         assert eff["n_paired"] == 48 and eff["parent_seed"] == 42, name
         brier, ms = eff["brier"], eff["ms"]
         # ΔBrier pairs the questions where child and parent both stated a parseable P (at smoke
@@ -310,7 +312,7 @@ def test_a_knob_that_adds_a_stage_is_headlined_by_its_stage_against_the_parents_
     if not (built / "results/A-on-D/eval.json").exists():
         assert smk(built, "results/A-on-D/eval.json").returncode == 0
     ev = json.loads((built / "results/A-on-D/eval.json").read_text())
-    final = ev["effect"]["final"]
+    final = oneseed.effect(ev["effect"]["final"])
     assert ev["effect"]["compares"] == "s1 vs parent s0" and not final["same_eval_stage"]
     assert final["n_paired"] == 48 and "effect" not in ev["stages"]["s1"]
     assert final["undefined"] == {} and final["brier"]["undefined"] == {} and final["ms"]["undefined"] == {}
@@ -337,7 +339,7 @@ def test_base_asked_from_its_exported_questions_file_measures_exactly_what_base_
     res = smk(root, "results/base-jsonl/eval.json")
     assert res.returncode == 0, res.stderr[-4000:]
     assert "pretrain" not in re.findall(r"^rule (\w+):", res.stdout + res.stderr, re.M)   # base's pretrain reused
-    final = json.loads((root / "results/base-jsonl/eval.json").read_text())["effect"]["final"]
+    final = oneseed.effect(json.loads((root / "results/base-jsonl/eval.json").read_text())["effect"]["final"])
     assert final["n_paired"] == 48
     lo, hi = final["brier"]["ci"]
     assert lo <= 0 <= hi

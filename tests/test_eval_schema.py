@@ -2,6 +2,7 @@
 breaks it is refused before anything is written, and only stats/seeds.py knows the seeds' key."""
 import copy
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -34,14 +35,17 @@ def _evals(tmp_path, run, seeds, stages=("s0", "s1")):
 
 
 @pytest.mark.parametrize("seeds", [[42], [41, 42, 43]])
-def test_the_aggregates_eval_json_meets_its_schema_for_one_seed_and_several(tmp_path, seeds):
+def test_the_aggregates_eval_json_has_one_shape_for_one_seed_and_several(tmp_path, seeds):
     lineage = [{"run_id": "base", "parent": None, "knob": None}, {"run_id": "kid", "parent": "base", "knob": "x=1"}]
     result = write_run_results("kid", {"eval": {"n_bootstrap": 50}}, lineage, _evals(tmp_path, "kid", seeds),
                                tmp_path / "out", parent_evals=_evals(tmp_path, "base", seeds), plots=False)
     assert eval_errors(json.loads((tmp_path / "out" / "eval.json").read_text())) == []
     effect = result["stages"]["s1"]["effect"]
-    assert [s for s, _ in seed_blocks(effect)] == ([None] if len(seeds) == 1 else seeds)
-    assert len(seed_values(result["stages"]["s1"]["brier"])) == len(seeds)
+    assert [s for s, _ in seed_blocks(effect)] == seeds and effect["seeds"] == seeds
+    s1 = result["stages"]["s1"]
+    assert s1["seeds"] == seeds and len(seed_values(s1["brier"])) == len(seeds)
+    assert set(s1["brier"]) == {"mean", "sd", "per_seed"}                  # the combined value beside each seed's
+    assert math.isnan(s1["brier"]["sd"]) == (len(seeds) == 1)                # sd: none for one seed
 
 
 def test_an_eval_json_that_breaks_the_schema_is_refused_with_one_line_naming_the_key(tmp_path):

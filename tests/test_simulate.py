@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import oneseed
 import pytest
 from typed import typed_slice
 
@@ -74,7 +75,7 @@ def _eval(root: Path, run: str) -> dict:
 
 @pytest.mark.slow
 def test_a_c2_run_reports_the_humans_ms_first_to_last_per_episode(built):
-    s0 = _eval(built, "c2-syc")["stages"]["s0"]
+    s0 = oneseed.metrics(_eval(built, "c2-syc")["stages"]["s0"])
     assert s0["mode"] == "syc" and s0["turns"] == 2 and s0["n"] == 24
     for key in ("ms", "ms_ci", "brier", "brier_first", "delta_brier", "delta_brier_ci", "entrenched_share",
                 "ms_bayes", "instructor_ms", "p_by_turn"):
@@ -86,7 +87,7 @@ def test_a_c2_run_reports_the_humans_ms_first_to_last_per_episode(built):
 
 @pytest.mark.slow
 def test_truth_against_syc_is_a_paired_effect_on_the_same_episodes(built):
-    eff = _eval(built, "c2-truth")["effect"]["final"]
+    eff = oneseed.effect(_eval(built, "c2-truth")["effect"]["final"])
     assert eff["n_paired"] == 24 and eff["ms"]["n"] >= 3
     syc, truth = records(built / "results" / "c2-syc"), records(built / "results" / "c2-truth")
     assert [(r["qid"], r["lean"], r["prior"]) for r in syc] == [(r["qid"], r["lean"], r["prior"]) for r in truth]

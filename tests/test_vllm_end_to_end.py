@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import oneseed
 import pytest
 
 from projcopy import make_project
@@ -53,7 +54,7 @@ def built(tmp_path_factory) -> Path:
 
 def test_base_served_by_vllm_measures_what_base_measures(built):
     ev = json.loads((built / "results/base-vllm/eval.json").read_text())
-    final = ev["effect"]["final"]
+    final = oneseed.effect(ev["effect"]["final"])
     assert ev["effect"]["compares"] == "s0 vs parent s0" and not final["same_eval_stage"]
     assert final["n_paired"] == 48
     lo, hi = final["brier"]["ci"]
@@ -129,16 +130,17 @@ def api_judged(built, vllm_served):
 
 def test_an_api_judge_on_a_real_server_reads_every_belief_and_counts_its_calls(api_judged):
     first, *_ = api_judged
-    judge = first["stages"]["s0"]["api_judge"]
+    s0 = oneseed.metrics(first["stages"]["s0"])
+    judge = s0["api_judge"]
     assert judge["model"] == "tiny" and judge["failures"] == 0 and judge["cache_hits"] == 0
     assert judge["answered"] == judge["calls"] >= 48            # prior and posterior reads of 48 questions
-    assert first["stages"]["s0"]["parse_rate"] > 0.5
+    assert s0["parse_rate"] > 0.5
 
 
 def test_a_second_build_of_the_api_judged_eval_makes_no_new_call(api_judged):
     first, second, first_records, second_records = api_judged
-    judge = second["stages"]["s0"]["api_judge"]
-    assert judge["calls"] == 0 and judge["cache_hits"] == first["stages"]["s0"]["api_judge"]["answered"]
+    judge = oneseed.metrics(second["stages"]["s0"])["api_judge"]
+    assert judge["calls"] == 0 and judge["cache_hits"] == oneseed.metrics(first["stages"]["s0"])["api_judge"]["answered"]
     assert second_records == first_records
 
 

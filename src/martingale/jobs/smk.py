@@ -20,6 +20,7 @@ from ..core.errors import StageError
 from ..core.threads import use_threads
 from ..model.section import model_section
 from ..stages import kinds
+from ..stats.seeds import combined_values
 from ..store.files import open_log, read_json, redact, write_json
 from ..store.manifest import require
 from ..store.provenance import collecting
@@ -148,7 +149,10 @@ def track_stage(snakemake: Any) -> None:
 
 def track_run(run_id: str, cfg: dict, lineage: list[dict], evals_path: Path) -> None:
     """Mirror a run's aggregate (resolved config, metrics per stage) to wandb as ``aggregate``."""
-    mirror_run(Path.cwd(), run_id, "/".join(str(x["run_id"]) for x in lineage), cfg, read_json(evals_path))
+    evals = read_json(evals_path)
+    stages = [combined_values(block) for block in (evals.get("stages") or {}).values()]
+    mirror_run(Path.cwd(), run_id, "/".join(str(x["run_id"]) for x in lineage), cfg, stages,
+               (evals.get("effect") or {}).get("headline"))
     flush()
 
 

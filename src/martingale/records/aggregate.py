@@ -14,7 +14,7 @@ from ..core.typed import typed
 from ..plan import config_hash
 from ..stages.section import EvalConfig
 from ..stats.effects import EffectError, beat_counts, paired_effect, replicate_summary, undefined_effect
-from ..stats.seeds import combine_seeds, has_seed_blocks, seed_blocks, seed_values, with_seed_blocks
+from ..stats.seeds import combine_seeds, only_block, seed_blocks, seed_values, with_seed_blocks
 from ..store import files
 from ..store import provenance as prov
 from .crossed import effect_crossed, stage_crossed
@@ -59,8 +59,8 @@ def _parent_seed(stage: str, seed: int, parent_keys: set[tuple[str, int]]) -> in
 def compare(child: dict, parent: dict, child_ids: dict, parent_ids: dict, stage: str, parent_stage: str,
             n_bootstrap: int, level: float) -> dict[str, Any] | None:
     """The paired effect of the child's ``stage`` against the parent's ``parent_stage`` (same seed,
-    else the parent's replicate; see _parent_seed). One seed: its block; several: each seed's block
-    under per_seed with the spread and the counts. None when the parent has no such stage."""
+    else the parent's replicate; see _parent_seed): each seed's block under per_seed beside the
+    spread and the counts (stats/seeds.py). None when the parent has no such stage."""
     per_seed: dict[int, dict[str, Any]] = {}
     for seed in sorted(s for st, s in child if st == stage):
         pseed = _parent_seed(parent_stage, seed, set(parent))
@@ -74,11 +74,9 @@ def compare(child: dict, parent: dict, child_ids: dict, parent_ids: dict, stage:
         block.update(stage=stage, parent_stage=parent_stage, parent_seed=pseed,
                      same_eval_stage=eval_id is not None and eval_id == parent_ids.get((parent_stage, pseed)))
         per_seed[seed] = block
-    if len(per_seed) == 1:
-        return next(iter(per_seed.values()))
     summary = replicate_summary(per_seed)
     seeds = sorted(per_seed)
-    crossed = effect_crossed([child[(stage, s)] for s in seeds],
+    crossed = None if len(seeds) < 2 else effect_crossed([child[(stage, s)] for s in seeds],
                              [parent[(parent_stage, per_seed[s]["parent_seed"])] for s in seeds],
                              {part: [(per_seed[s].get(part) or {}).get("delta") for s in seeds] for part in ("brier", "ms")},
                              seeds, n_bootstrap)
@@ -111,14 +109,15 @@ def headline(final: dict[str, Any] | None) -> dict[str, Any] | None:
         return None
     label = {"stage": final["stage"], "parent_stage": final["parent_stage"],
              "compares": compares(final["stage"], final["parent_stage"])}
-    if has_seed_blocks(final):
+    only = only_block(final)
+    if only is None:          # several seeds: their spread and counts
         if not any(v is not None for v in seed_values(final["brier_delta"])):
             return None
         return {**label, "seeds": final["seeds"], "brier_delta": final["brier_delta"]["mean"],
                 "brier_delta_sd": final["brier_delta"]["sd"], "ms_delta": final["ms_delta"]["mean"],
                 "ms_delta_sd": final["ms_delta"]["sd"], "beats_parent": final["beats_parent"],
                 "beats_parent_ci": final["beats_parent_ci"]}
-    b, m = final.get("brier") or {}, final.get("ms") or {}
+    b, m = only.get("brier") or {}, only.get("ms") or {}
     if not isinstance(b.get("delta"), float) or math.isnan(b["delta"]):
         return None
     return {**label, "n_paired": b["n"], "brier_delta": b["delta"], "brier_ci": b["ci"],

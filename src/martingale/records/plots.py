@@ -34,7 +34,7 @@ from ..core.lazy import module
 from ..metrics import N_BINS, calibration_bins
 from ..stats import nan_array as _arr
 from ..stats import nan_matrix
-from ..stats.seeds import is_spread, seed_blocks, seed_values
+from ..stats.seeds import is_spread, only_seed, seed_blocks, seed_values
 from ..store.files import write_bytes
 
 stats = module("scipy.stats")                     # imported on first use (martingale.core.lazy): the CLI
@@ -65,7 +65,9 @@ def _num(m: dict[str, Any], key: str) -> float:
 
 
 def _ci(m: dict[str, Any], key: str) -> tuple[float, float]:
+    """A metric's CI: its own (one seed); NaNs over several seeds (they show mean ± sd)."""
     v = m.get(key)
+    v = only_seed(v) if is_spread(v) else v
     if isinstance(v, list) and len(v) == 2 and None not in v:
         return float(v[0]), float(v[1])
     return float("nan"), float("nan")
@@ -194,7 +196,7 @@ def brier_ms_by_stage(run_id: str, stage_order: list[str], metrics: dict[str, di
             m = metrics.get(stage, {})
             v = _num(m, key)
             seeds = _per_seed(m, key)
-            if seeds:   # several seeds: mean ± sd, and each seed
+            if len(seeds) > 1:   # several seeds: mean ± sd, and each seed
                 sd = _num({"x": m[key].get("sd")}, "x")
                 ax.errorbar([i], [v], yerr=[[sd], [sd]], fmt="o", color="tab:blue", capsize=4)
                 ax.scatter(np.full(len(seeds), i + 0.12), seeds, s=12, color="tab:orange", zorder=3)
@@ -214,7 +216,7 @@ def brier_ms_by_stage(run_id: str, stage_order: list[str], metrics: dict[str, di
         ax_b.legend(fontsize=7)
     ax_m.axhline(0, color="grey", ls="--", lw=1, label="martingale")
     ax_m.legend(fontsize=7)
-    many = any(_per_seed(metrics.get(s, {}), "brier") for s in stage_order)
+    many = any(len(_per_seed(metrics.get(s, {}), "brier")) > 1 for s in stage_order)
     fig.suptitle(f"{run_id}: " + ("mean ± sd over seeds (dots: each seed)" if many else "95% bootstrap CIs"),
                  fontsize=10)
     return _save(fig, path)
@@ -224,7 +226,8 @@ def _effect_rows(effects: dict[str, dict], part: str) -> list[tuple[str, float, 
     """(label, delta, lo, hi, annotation) per stage (and seed)."""
     rows = []
     for stage, eff in effects.items():
-        blocks = [(stage if s is None else f"{stage} seed {s}", b) for s, b in seed_blocks(eff)]
+        each = seed_blocks(eff)
+        blocks = [(stage if len(each) == 1 else f"{stage} seed {s}", b) for s, b in each]
         for label, b in blocks:
             e = (b or {}).get(part)
             if not e or e.get("delta") is None or np.isnan(e["delta"]):

@@ -1,10 +1,10 @@
-"""A value over seeds, in the one shape eval.json writes it, and each seed's read back.
+"""A value over seeds, in the one shape eval.json writes it whatever the seed count, and each
+seed's read back.
 
-A metric over k > 1 seeds is ``{mean, sd, per_seed: [v₁ … v_k]}`` (seed_spread; a non-numeric
-one ``{per_seed: [...]}``); a paired effect over k > 1 seeds keeps each seed's block under
-``per_seed: {seed: block}`` beside its spread (with_seed_blocks). One seed: the value, or the
-block, itself. Readers never branch on the shape: seed_values and seed_blocks give every seed's
-whatever k is. The one module that knows the key.
+A numeric metric over k ≥ 1 seeds is ``{mean, sd, per_seed: [v₁ … v_k]}`` (seed_spread; sd null
+for one seed), any other ``{per_seed: [...]}``; a paired effect keeps each seed's block under
+``per_seed: {seed: block}`` beside its spread (with_seed_blocks). seed_values and seed_blocks give
+every seed's; only_seed a one-seed value itself. The one module that knows the key.
 """
 from __future__ import annotations
 
@@ -18,21 +18,19 @@ PER_SEED = "per_seed"
 
 
 def seed_spread(values: Sequence[Any]) -> dict[str, Any]:
-    """Across seeds: mean, sd (ddof 1; NaN for one seed) and each seed's value (None where it has
-    none). One rule: a seed without a value makes mean and sd NaN, never a spread over the seeds
+    """Across seeds: mean, sd (ddof 1; NaN for one seed) and each seed's value as it was (None
+    where it has none). One rule: a seed without a value makes mean and sd NaN, never a spread over the seeds
     that happened to give one passing for the run's."""
     arr = nan_array(values)
     whole = len(arr) > 0 and not np.isnan(arr).any()
     return {"mean": float(np.mean(arr)) if whole else float("nan"),
             "sd": float(np.std(arr, ddof=1)) if whole and len(arr) > 1 else float("nan"),
-            PER_SEED: [None if np.isnan(v) else float(v) for v in arr]}
+            PER_SEED: [None if np.isnan(a) else v for a, v in zip(arr, values)]}   # each seed's as written
 
 
 def combine_seeds(per_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """A stage's metrics over its seeds: one seed's as they are; several, ``seeds`` and every
-    numeric metric as its seed_spread (NaN where a seed has none), any other as its seeds' list."""
-    if len(per_seed) == 1:
-        return dict(next(iter(per_seed.values())))
+    """A stage's metrics over its seeds (one or several): ``seeds`` and every numeric metric as
+    its seed_spread (NaN where a seed has none), any other as its seeds' list."""
     seeds = sorted(per_seed)
     keys = sorted(set().union(*(m.keys() for m in per_seed.values())))
     out: dict[str, Any] = {"seeds": seeds}
@@ -46,28 +44,63 @@ def combine_seeds(per_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
 
 
 def is_spread(value: Any) -> bool:
-    """Whether a metric's value is several seeds' (``{…, per_seed: [...]}``)."""
+    """Whether a value is a metric over seeds (``{…, per_seed: [...]}``)."""
     return isinstance(value, dict) and isinstance(value.get(PER_SEED), list)
 
 
 def seed_values(value: Any) -> list[Any]:
-    """A metric's value per seed: several seeds' list, else ``[value]``."""
+    """A metric's value per seed: its seeds' list (a bare value: ``[value]``)."""
     return list(value[PER_SEED]) if is_spread(value) else [value]
 
 
+def only_seed(value: Any) -> Any:
+    """A metric over one seed: that seed's value; over several, or none: None."""
+    values = seed_values(value) if is_spread(value) else []
+    return values[0] if len(values) == 1 else None
+
+
+def as_shown(value: Any) -> Any:
+    """A metric as the runs table shows it: one seed's value itself (its CI beside it), several
+    seeds' spread (mean ± sd)."""
+    if is_spread(value) and len(value[PER_SEED]) == 1:
+        return value[PER_SEED][0]
+    return value
+
+
 def with_seed_blocks(blocks: dict[int, dict[str, Any]], **rest: Any) -> dict[str, Any]:
-    """A paired effect over several seeds: each seed's block (by seed, as a string key) and ``rest``."""
+    """A paired effect over its seeds: each seed's block (by seed, as a string key) and ``rest``."""
     return {PER_SEED: {str(s): b for s, b in blocks.items()}, **rest}
 
 
 def has_seed_blocks(effect: Any) -> bool:
-    """Whether a paired effect is several seeds' (with_seed_blocks)."""
+    """Whether a paired effect holds its seeds' blocks (with_seed_blocks)."""
     return isinstance(effect, dict) and isinstance(effect.get(PER_SEED), dict)
 
 
+def only_block(effect: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """A paired effect over one seed: that seed's block (its own CI and p); over several: None."""
+    blocks = seed_blocks(effect)
+    return blocks[0][1] if len(blocks) == 1 else None
+
+
 def seed_blocks(effect: dict[str, Any]) -> list[tuple[Optional[int], dict[str, Any]]]:
-    """A paired effect's (seed, block) per seed, by seed; one seed's: ``[(None, effect)]``."""
+    """A paired effect's (seed, block) per seed, by seed (a bare block: ``[(None, effect)]``)."""
     if not has_seed_blocks(effect):
         return [(None, effect)]
     return sorted(((int(s) if str(s).isdigit() else 0, b) for s, b in effect[PER_SEED].items()),
                   key=lambda sb: sb[0])
+
+
+def combined_values(stage: dict[str, Any]) -> dict[str, Any]:
+    """A stage block's metrics, one value each: a numeric metric's mean over its seeds, a
+    non-numeric one's value where one seed has it (several seeds' are left out); blocks (counts,
+    crossed, effect) and ``seeds`` are left out. What a tracker logs as one step."""
+    out: dict[str, Any] = {}
+    for key, value in stage.items():
+        if not is_spread(value):
+            continue
+        if "mean" in value:
+            out[key] = value["mean"]
+        elif not isinstance(only_seed(value), (dict, type(None))):
+            out[key] = only_seed(value)
+    return out

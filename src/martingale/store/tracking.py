@@ -284,17 +284,16 @@ def mirror_stage(root: Path, sid: str, out_dir: Path, cfg: dict) -> Optional[Pat
         return None
 
 
-def mirror_run(root: Path, run_id: str, group: str, cfg: dict, evals: dict) -> Optional[Path]:
-    """Log a run's aggregate: the resolved config, each stage's metrics as one step (s0, s1, …)
-    and the last stage's metrics and the knob's headline effect as summary."""
+def mirror_run(root: Path, run_id: str, group: str, cfg: dict, stages: list[dict[str, Any]],
+               headline: Optional[dict[str, Any]]) -> Optional[Path]:
+    """Log a run's aggregate: the resolved config, each stage's metrics (one value each: the
+    caller combines its seeds) as one step (s0, s1, …), and the last stage's metrics and the
+    knob's headline effect as summary."""
     try:
-        stages = evals.get("stages") or {}
-        steps = [{"step": i, **{k: v for k, v in m.items() if not isinstance(v, dict)}}
-                 for i, m in enumerate(stages.values())]
+        steps = [{"step": i, **m} for i, m in enumerate(stages)]
         summary = dict(steps[-1]) if steps else {}
         summary.pop("step", None)
-        head = ((evals.get("effect") or {}).get("headline") or {})
-        summary.update({f"effect/{k}": v for k, v in head.items()})
+        summary.update({f"effect/{k}": v for k, v in (headline or {}).items()})
         return log_run(name=run_id, run_id=f"{run_id}-aggregate", job_type="aggregate", group=group,
                        config=cfg, settings=cfg.get("wandb") or {}, steps=steps, summary=summary, root=root)
     except Exception as e:

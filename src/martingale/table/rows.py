@@ -22,6 +22,7 @@ from typing import Any, Optional
 from ..config.runs import RunTree
 from ..metrics import table_columns
 from ..plan import config_hash, current_index
+from ..stats.seeds import as_shown
 from ..store import STORE, stage_dir
 from ..store.files import read_optional, read_optional_yaml
 from ..store.locks import lock_state
@@ -206,7 +207,7 @@ def build_row(root: Path, tree: RunTree, index: dict, files: _Files, run_id: str
         state=state,
         log=log,
         stage=stage,
-        metrics={k: last[k] for k in headline_keys() if k in last},
+        metrics={k: as_shown(last[k]) for k in headline_keys() if k in last},
         effect=_effect(evals),
         provenance=_provenance(evals),
         replicates=_replicates(last),
