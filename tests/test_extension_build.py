@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import oneseed
 import pytest
 
 import martingale
@@ -75,7 +76,7 @@ def test_the_new_reader_read_every_prior_and_posterior(built):
 
 
 def test_the_new_metric_is_in_eval_json_runs_json_runs_md_and_runs_html(built):
-    stages = last_run(built)["stages"]
+    stages = {name: oneseed.metrics(block) for name, block in last_run(built)["stages"].items()}
     assert all(isinstance(stages[s]["stated_sd"], float) for s in ("s0", "s1", "s2"))
     row = next(r for r in json.loads((built / "runs.json").read_text()) if r["run_id"] == f"x{len(CHAIN)}")
     assert row["metrics"]["stated_sd"] == stages["s2"]["stated_sd"]
