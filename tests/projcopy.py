@@ -73,9 +73,15 @@ def write_run(root: Path, name: str, text: str) -> Path:
 
 def write_eval(root: Path, run_id: str, stages: dict, **extra) -> Path:
     """results/<run>/eval.json as the aggregate leaves it for the run as configured now (its knob
-    and config hash, so the table calls it done, not stale) with these per-stage metrics."""
+    and config hash, so the table calls it done, not stale) with these per-stage metrics: a stage
+    without ``seeds`` is one seed's (42) metrics, written in eval.json's shape (stats/seeds.py)."""
     from martingale.config.runs import RunTree
     from martingale.plan import config_hash
+    from martingale.stats.seeds import combine_seeds
+    blocks = ("counts", "crossed", "effect")
+    stages = {name: m if "seeds" in m else {**combine_seeds({42: {k: v for k, v in m.items() if k not in blocks}}),
+                                             **{k: v for k, v in m.items() if k in blocks}}
+              for name, m in stages.items()}
     tree = RunTree.load(root / "conf")
     path = root / "results" / run_id / "eval.json"
     path.parent.mkdir(parents=True, exist_ok=True)
