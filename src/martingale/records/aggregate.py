@@ -76,7 +76,7 @@ def compare(child: dict, parent: dict, child_ids: dict, parent_ids: dict, stage:
         per_seed[seed] = block
     summary = replicate_summary(per_seed)
     seeds = sorted(per_seed)
-    crossed = None if len(seeds) < 2 else effect_crossed([child[(stage, s)] for s in seeds],
+    crossed = effect_crossed([child[(stage, s)] for s in seeds],
                              [parent[(parent_stage, per_seed[s]["parent_seed"])] for s in seeds],
                              {part: [(per_seed[s].get(part) or {}).get("delta") for s in seeds] for part in ("brier", "ms")},
                              seeds, n_bootstrap)

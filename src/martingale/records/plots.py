@@ -34,7 +34,7 @@ from ..core.lazy import module
 from ..metrics import N_BINS, calibration_bins
 from ..stats import nan_array as _arr
 from ..stats import nan_matrix
-from ..stats.seeds import is_spread, only_seed, seed_blocks, seed_values
+from ..stats.seeds import as_shown, is_spread, seed_blocks, seed_values
 from ..store.files import write_bytes
 
 stats = module("scipy.stats")                     # imported on first use (martingale.core.lazy): the CLI
@@ -67,7 +67,7 @@ def _num(m: dict[str, Any], key: str) -> float:
 def _ci(m: dict[str, Any], key: str) -> tuple[float, float]:
     """A metric's CI: its own (one seed); NaNs over several seeds (they show mean ± sd)."""
     v = m.get(key)
-    v = only_seed(v) if is_spread(v) else v
+    v = as_shown(v)
     if isinstance(v, list) and len(v) == 2 and None not in v:
         return float(v[0]), float(v[1])
     return float("nan"), float("nan")

@@ -99,8 +99,9 @@ def combined_values(stage: dict[str, Any]) -> dict[str, Any]:
     for key, value in stage.items():
         if not is_spread(value):
             continue
+        one = only_seed(value)
         if "mean" in value:
             out[key] = value["mean"]
-        elif not isinstance(only_seed(value), (dict, type(None))):
-            out[key] = only_seed(value)
+        elif not isinstance(one, (dict, type(None))):
+            out[key] = one
     return out
