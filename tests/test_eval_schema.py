@@ -62,6 +62,23 @@ def test_an_eval_json_that_breaks_the_schema_is_refused_with_one_line_naming_the
     assert eval_errors(broken) == ["config_hash: 'not-a-hash' does not match '^sha256:[0-9a-f]{64}$'"]
 
 
+def test_a_one_seed_eval_json_in_the_old_bare_shape_is_refused(tmp_path):
+    """One seed writes the shape of several: a bare value, a stage without its seeds, or an
+    effect that is one seed's block itself each break the schema."""
+    lineage = [{"run_id": "base", "parent": None, "knob": None}, {"run_id": "kid", "parent": "base", "knob": "x=1"}]
+    good = write_run_results("kid", {"eval": {"n_bootstrap": 50}}, lineage, _evals(tmp_path, "kid", [42]),
+                             tmp_path / "out", parent_evals=_evals(tmp_path, "base", [42]), plots=False)
+    bare_value = copy.deepcopy(good)
+    bare_value["stages"]["s0"]["brier"] = good["stages"]["s0"]["brier"]["mean"]
+    no_seeds = copy.deepcopy(good)
+    del no_seeds["stages"]["s0"]["seeds"]
+    bare_block = copy.deepcopy(good)
+    bare_block["stages"]["s1"]["effect"] = good["stages"]["s1"]["effect"]["per_seed"]["42"]
+    assert [e.split(":")[0] for e in eval_errors(bare_value)] == ["stages/s0/brier"]
+    assert [e.split(":")[0] for e in eval_errors(no_seeds)] == ["stages/s0"]
+    assert "stages/s1/effect" in [e.split(":")[0] for e in eval_errors(bare_block)]
+
+
 def test_a_seed_count_is_numbers_never_a_k_of_n_string(tmp_path):
     lineage = [{"run_id": "base", "parent": None, "knob": None}]
     good = write_run_results("base", {}, lineage, _evals(tmp_path, "base", [41, 42]), tmp_path / "out", plots=False)
