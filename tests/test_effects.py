@@ -305,6 +305,16 @@ def test_the_headline_is_never_a_shared_eval(tmp_path):
     assert result["effect"]["final"]["same_eval_stage"] and result["effect"]["headline"] is None
 
 
+def test_an_undefined_final_effect_is_no_headline_on_one_seed_or_several():
+    from martingale.records.aggregate import headline
+    from martingale.stats.effects import replicate_summary, undefined_effect
+    from martingale.stats.seeds import with_seed_blocks
+    label = {"stage": "s1", "parent_stage": "s0", "same_eval_stage": False}
+    for seeds in ([42], [41, 42, 43]):
+        blocks = {s: {**undefined_effect("no question pairs"), **label} for s in seeds}
+        assert headline(with_seed_blocks(blocks, **label, **replicate_summary(blocks))) is None, seeds
+
+
 def test_the_effect_forest_shows_final_vs_final_first():
     effects = {"s0": {"stage": "s0"}, "s1": {"stage": "s1"}}
     final = {"stage": "s2", "parent_stage": "s1"}
