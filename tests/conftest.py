@@ -19,16 +19,13 @@ def pytest_configure(config):
 
     With two workers, their jobs' OpenMP threads wait passively (OMP_WAIT_POLICY, inherited by every
     job, rank and server): a job on 2 threads (the tiny pretrain, SmolLM2's stages) shares the cores
-    with the other worker, and a spinning thread burns a core its descheduled twin needs. With one
-    busy process beside it, SmolLM2's smoke train stage took 69.9 s spinning, 33.8 s passive; the
-    smoke pretrain 41-45 s against 26-27 s. Alone, passive is the slower (that pretrain 37-40 s
-    against 22-26 s), so the project's own jobs keep OpenMP's default."""
+    with the other worker, and a spinning thread burns a core its descheduled twin needs. Alone,
+    passive is the slower, so the project's own jobs keep OpenMP's default."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
             os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         from martingale.core.threads import use_threads
         use_threads(1)
-
 
 
 @pytest.hookimpl(tryfirst=True)
