@@ -20,7 +20,12 @@ def pytest_configure(config):
     With two workers, their jobs' OpenMP threads wait passively (OMP_WAIT_POLICY, inherited by every
     job, rank and server): a job on 2 threads (the tiny pretrain, SmolLM2's stages) shares the cores
     with the other worker, and a spinning thread burns a core its descheduled twin needs. Alone,
-    passive is the slower, so the project's own jobs keep OpenMP's default."""
+    passive is the slower, so the project's own jobs keep OpenMP's default.
+
+    The vLLM servers the tests start run their engine in the server's process
+    (VLLM_ENABLE_V1_MULTIPROCESSING=0): a start spawns no second process that imports vLLM again.
+    test_vllm.py starts one in vLLM's own layout, as users run it, and checks what it leaves behind."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     if os.environ.get("PYTEST_XDIST_WORKER"):
         if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
             os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

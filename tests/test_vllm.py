@@ -337,7 +337,8 @@ def test_the_server_gets_its_own_tmpdir_and_keeps_the_shared_compile_cache(monke
 @server_test
 def test_a_stopped_server_leaves_nothing_in_the_temp_folder(tmp_path, served, monkeypatch):
     """A start left 7 ZeroMQ sockets and a vllm_dist_* file in TMPDIR that outlived the server
-    (49 sockets after one test suite): its TMPDIR is a folder of its own, removed by stop()."""
+    (49 sockets after one test suite): its TMPDIR is a folder of its own, removed by stop(). The
+    server runs in vLLM's own layout (its engine a process of its own), as users run it."""
     import tempfile
 
     from martingale.model.vllm_server import Server
@@ -346,6 +347,7 @@ def test_a_stopped_server_leaves_nothing_in_the_temp_folder(tmp_path, served, mo
         monkeypatch.setattr(tempfile, "tempdir", str(temp))
         monkeypatch.setenv("TMPDIR", str(temp))
         monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+        monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
         server = Server.start(served[1] / "model", model_cfg())
         try:
             [scratch] = list(temp.iterdir())
