@@ -47,13 +47,9 @@ campaign: install vllm  ## the campaign: every valid run in conf/runs whose need
 	$(BIN)/martingale figure modes
 
 # The test suite on TEST_WORKERS pytest-xdist workers, one test module at a time to a worker (its
-# module fixtures built once; xdist's order: modules with most tests first), one CPU thread each
-# (tests/conftest.py). On 2 cores, pytest: 23.8 and 28.5 min (two runs) against 32.4 in one process;
-# a longest-first order ran the SmolLM2 modules side by side and took 30.7. With the SmolLM2 tests
-# at a smaller scale (fewer rows, tokens and iterations; the vLLM crash their load test guards
-# against still reproduces at 16 tokens): 24.2 and 18.3 min (CI in all 27.3, a fresh clone); three
-# workers, between those two runs, 21.6 (peak memory 12.8 GB): no gain on 2 cores. The four set-up
-# steps run side by side (make -j): 3 min 32 s against 5 min 12 s.
+# module fixtures built once), the modules that take minutes first (tests/conftest.py:
+# LONGEST_FIRST; --no-loadscope-reorder keeps that order), one CPU thread each. Three workers gain
+# nothing on 2 cores. The four set-up steps run side by side (make -j).
 TEST_WORKERS ?= 2
 
 test:  ## ruff (imports sorted, pyflakes, bugbear), the docs (mkdocs --strict: dead links fail), lint the workflow (with each profile), then unit tests, the browser test, the end-to-end chain, the vLLM server tests and the SLURM cluster test at smoke scale
@@ -62,7 +58,7 @@ test:  ## ruff (imports sorted, pyflakes, bugbear), the docs (mkdocs --strict: d
 	$(BIN)/mkdocs build --strict --quiet
 	$(BIN)/snakemake --lint --profile profiles/local
 	$(BIN)/snakemake --lint --profile profiles/slurm
-	$(BIN)/pytest -q -rs --durations=25 -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/pytest -q -rs --durations=25 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 lint: install  ## ruff, the docs and Snakemake's lint, what make test runs first
 	$(BIN)/ruff check .

@@ -33,6 +33,30 @@ def pytest_configure(config):
         use_threads(1)
 
 
+# The modules that take minutes, longest first (`make test --durations`): with
+# `--no-loadscope-reorder`, xdist hands a worker the next module in this order, so the long ones
+# start first and the two workers end together on the short ones.
+LONGEST_FIRST = ("test_slurm_cluster.py", "test_chat_episodes.py", "test_ranks.py", "test_vllm_end_to_end.py",
+                 "test_decide.py", "test_smollm2_ranks.py", "test_end_to_end.py", "test_smollm2_train.py",
+                 "test_smollm2_vllm.py", "test_vllm.py", "test_simulate.py", "test_crossed.py", "test_cost.py",
+                 "test_extension_build.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Modules in LONGEST_FIRST's order, then the rest with the most tests first (xdist's own
+    order); each module's tests in their own order."""
+    def module(item) -> str:
+        return item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[module(item)] = counts.get(module(item), 0) + 1
+
+    def rank(name: str) -> tuple[int, int]:
+        return (0, LONGEST_FIRST.index(name)) if name in LONGEST_FIRST else (1, -counts[name])
+    items.sort(key=lambda item: rank(module(item)))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     """``@pytest.mark.real("vllm", ...)``: each part checked before the test's fixtures start
@@ -50,6 +74,16 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def smoke_pretrain(tmp_path_factory) -> Path:
+    """The smoke scale's pretrain (tests/projcopy.py: SMOKE), built once for the session's workers:
+    the end-to-end modules that only build on it copy it (projcopy.copy_pretrain). test_end_to_end
+    builds its own: it checks the pretrain job itself."""
+    from projcopy import build_smoke_pretrain
+    base = tmp_path_factory.getbasetemp()
+    return build_smoke_pretrain(base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base)
 
 
 @pytest.fixture(scope="session")

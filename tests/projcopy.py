@@ -11,9 +11,12 @@ from the fixture (run_files, the plan), not typed in.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -57,6 +60,47 @@ pretrain: {steps: 400, batch_size: 32}
 distill: {steps: 30, batch_size: 16}
 eval: {n_bootstrap: 100}
 """
+
+
+def smoke_pretrain_sid(root: Path) -> str:
+    """The id of the pretrain stage a project's base run starts from."""
+    from martingale.plan import Plan
+    plan = Plan.load(root)
+    return next(s for s in plan.run_chain("base") if plan.stages[s].kind == "pretrain")
+
+
+def build_smoke_pretrain(shared: Path) -> Path:
+    """The smoke scale's pretrain stage, built once in a project under ``shared`` (a folder every
+    pytest-xdist worker of the session sees; the first to come builds, under a lock, the others
+    wait for it): the project's root."""
+    root = shared / "smoke-pretrain"
+    with open(shared / "smoke-pretrain.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / "built").is_file():
+            shutil.rmtree(root, ignore_errors=True)
+            make_project(root, config=SMOKE)
+            sid = smoke_pretrain_sid(root)
+            snakemake = str(Path(sys.executable).with_name("snakemake"))
+            res = subprocess.run([snakemake, "--cores", "2", f"results/_store/pretrain/{sid}/MANIFEST.json"],
+                                 cwd=root, capture_output=True, text=True,
+                                 env={**os.environ, "WANDB_MODE": "disabled"})
+            assert res.returncode == 0, res.stderr[-4000:]
+            (root / "built").write_text(sid, encoding="utf-8")
+    return root
+
+
+def copy_pretrain(built: Path, root: Path) -> str:
+    """Put the pretrain stage of ``built`` (build_smoke_pretrain) into ``root``'s store with its job
+    log and benchmark, as if built there: Snakemake finds the output and builds what follows. The
+    two projects must plan the same pretrain (the same world, model and pretrain sections)."""
+    sid = (built / "built").read_text(encoding="utf-8")
+    assert smoke_pretrain_sid(root) == sid, "the project's pretrain is not the shared smoke one"
+    folder = Path("results") / "_store" / "pretrain" / sid
+    shutil.copytree(built / folder, root / folder)
+    (root / "logs" / "pretrain").mkdir(parents=True, exist_ok=True)
+    for log in (built / "logs" / "pretrain").glob(f"{sid}.*"):
+        shutil.copy2(log, root / "logs" / "pretrain" / log.name)
+    return sid
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from martingale.plan import Plan, cost
 from martingale.store.files import read_jsonl
 from martingale.table.looks import look_runs
 
-from projcopy import SMOKE, make_project
+from projcopy import SMOKE, copy_pretrain, make_project
 
 pytestmark = pytest.mark.slow     # builds base and its looks at smoke scale (~3 min)
 
@@ -32,9 +32,10 @@ def store(root: Path) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory) -> Path:
+def project(tmp_path_factory, smoke_pretrain) -> Path:
     """base built at smoke scale on one seed, with a finding on its MS and decide's plan."""
     root = make_project(tmp_path_factory.mktemp("decide") / "proj", code=("workflow", "profiles"), config=SMOKE)
+    copy_pretrain(smoke_pretrain, root)
     (root / "conf" / "decide.yaml").write_text(PLAN, encoding="utf-8")
     (root / "conf" / "findings.yaml").write_text(FINDING, encoding="utf-8")
     env = {**os.environ, "WANDB_MODE": "disabled"}

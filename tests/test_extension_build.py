@@ -17,7 +17,7 @@ import pytest
 
 import martingale
 
-from projcopy import SMOKE, make_project
+from projcopy import SMOKE, copy_pretrain, make_project
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +29,7 @@ CHAIN = ["elicit.judge=midway", "midway.value=0.3", "model.backend=echo", "model
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> Path:
+def built(tmp_path_factory, smoke_pretrain) -> Path:
     """A copy of the package with the five files added, and a project that built the run using them."""
     base = tmp_path_factory.mktemp("ext")
     package = base / "src" / "martingale"
@@ -37,6 +37,7 @@ def built(tmp_path_factory) -> Path:
     for f in FILES.rglob("*.py"):
         shutil.copy(f, package / f.relative_to(FILES))
     root = make_project(base / "proj", config=SMOKE)
+    copy_pretrain(smoke_pretrain, root)
     parent = "base"
     for i, knob in enumerate(CHAIN, 1):
         (root / "conf/runs" / f"x{i}.yaml").write_text(f"parent: {parent}\nknob: {knob}\n")

@@ -18,7 +18,7 @@ from typed import typed_slice
 
 from martingale.metrics import entrenched, episode_metrics
 
-from projcopy import SMOKE, make_project
+from projcopy import SMOKE, copy_pretrain, make_project
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
@@ -60,8 +60,9 @@ def test_episode_metrics_give_delta_brier_last_minus_first_and_the_bayes_humans_
 
 # ------------------------------------------------------------------------------- the chain, for real
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> Path:
+def built(tmp_path_factory, smoke_pretrain) -> Path:
     root = make_project(tmp_path_factory.mktemp("sim") / "proj", config=SMOKE_EPISODES, runs=RUNS)
+    copy_pretrain(smoke_pretrain, root)
     res = subprocess.run([SNAKEMAKE, "--cores", "2", "results/c2-syc/eval.json", "results/c2-truth/eval.json",
                           "results/c3-episode-ms/eval.json"],
                          cwd=root, capture_output=True, text=True)
