@@ -47,7 +47,7 @@ campaign: install vllm  ## the campaign: every valid run in conf/runs whose need
 	$(BIN)/martingale figure modes
 
 # The test suite on TEST_WORKERS pytest-xdist workers, one test module at a time to a worker (its
-# module fixtures built once), the modules that take minutes first (tests/conftest.py:
+# module fixtures built once), the modules that take a minute or more first (tests/conftest.py:
 # LONGEST_FIRST; --no-loadscope-reorder keeps that order), one CPU thread each. Three workers gain
 # nothing on 2 cores. The four set-up steps run side by side (make -j).
 TEST_WORKERS ?= 2

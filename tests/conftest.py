@@ -33,7 +33,7 @@ def pytest_configure(config):
         use_threads(1)
 
 
-# The modules that take minutes, longest first (`make test --durations`): with
+# The modules that take a minute or more, longest first (`make test --durations`): with
 # `--no-loadscope-reorder`, xdist hands a worker the next module in this order, so the long ones
 # start first and the two workers end together on the short ones.
 LONGEST_FIRST = ("test_slurm_cluster.py", "test_chat_episodes.py", "test_ranks.py", "test_vllm_end_to_end.py",
