@@ -62,7 +62,7 @@ eval: {n_bootstrap: 100}
 """
 
 
-def smoke_pretrain_sid(root: Path) -> str:
+def base_pretrain_sid(root: Path) -> str:
     """The id of the pretrain stage a project's base run starts from."""
     from martingale.plan import Plan
     plan = Plan.load(root)
@@ -79,7 +79,7 @@ def build_smoke_pretrain(shared: Path) -> Path:
         if not (root / "built").is_file():
             shutil.rmtree(root, ignore_errors=True)
             make_project(root, config=SMOKE)
-            sid = smoke_pretrain_sid(root)
+            sid = base_pretrain_sid(root)
             snakemake = str(Path(sys.executable).with_name("snakemake"))
             res = subprocess.run([snakemake, "--cores", "2", f"results/_store/pretrain/{sid}/MANIFEST.json"],
                                  cwd=root, capture_output=True, text=True,
@@ -89,18 +89,17 @@ def build_smoke_pretrain(shared: Path) -> Path:
     return root
 
 
-def copy_pretrain(built: Path, root: Path) -> str:
+def copy_pretrain(built: Path, root: Path) -> None:
     """Put the pretrain stage of ``built`` (build_smoke_pretrain) into ``root``'s store with its job
     log and benchmark, as if built there: Snakemake finds the output and builds what follows. The
     two projects must plan the same pretrain (the same world, model and pretrain sections)."""
     sid = (built / "built").read_text(encoding="utf-8")
-    assert smoke_pretrain_sid(root) == sid, "the project's pretrain is not the shared smoke one"
+    assert base_pretrain_sid(root) == sid, "the project's pretrain is not the shared smoke one"
     folder = Path("results") / "_store" / "pretrain" / sid
     shutil.copytree(built / folder, root / folder)
     (root / "logs" / "pretrain").mkdir(parents=True, exist_ok=True)
     for log in (built / "logs" / "pretrain").glob(f"{sid}.*"):
         shutil.copy2(log, root / "logs" / "pretrain" / log.name)
-    return sid
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from martingale.cli import app
 from martingale.store.locks import live_snakemakes, stale_lock
 
-from projcopy import SMOKE, make_project
+from projcopy import SMOKE, base_pretrain_sid, make_project
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 ENV = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"}   # wandb mirrors offline (the default)
@@ -133,9 +133,7 @@ def _wait(what: str, ok, proc: subprocess.Popen, err: Path, seconds: float = 120
 
 
 def _pretrain_target(root: Path) -> tuple[str, Path]:
-    from martingale.plan import Plan
-    plan = Plan.load(root)
-    sid = next(s for s in plan.run_chain("base") if plan.stages[s].kind == "pretrain")
+    sid = base_pretrain_sid(root)
     return sid, root / "results/_store/pretrain" / sid / "MANIFEST.json"
 
 
