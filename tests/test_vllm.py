@@ -157,6 +157,28 @@ def test_parity_cannot_pass_without_probes(hf_side):
         scripted(hf_side, hf_side[2]).verify([])
 
 
+def test_an_adapter_check_reads_the_probes_through_the_adapter_only_after_paritys_base_reads(hf_side):
+    """The served base never changes: parity's greedy reads of the base are the base side of every
+    later adapter check, on this backend and on the policy's (with_model), so a check costs one read."""
+    from martingale.model.hf import HFBackend
+    base = scripted(hf_side, hf_side[2])
+    moved = [(ids, [lp + 0.01 for lp in lps]) for ids, lps in base.replies]
+    reads = []
+
+    class Counted(type(base)):
+        def _greedy_logprobs(self, texts, model, tokens=8):
+            reads.append(model)
+            return base.replies if model == self.base_name else moved
+
+    gen = Counted(None, hf_side[0], hf_side[1])
+    gen.verify(PROBES)
+    policy = gen.with_model(gen.model)
+    assert isinstance(policy.local, HFBackend)
+    assert policy.check_adapter_applied("policy", PROBES) == pytest.approx(0.01)
+    assert policy.check_adapter_applied("policy", PROBES) == pytest.approx(0.01)
+    assert reads == [gen.base_name, "policy", "policy"]
+
+
 # -- against the real server --------------------------------------------------------------------------
 def adapter(folder: Path, out: Path, noop: bool) -> Path:
     """A LoRA adapter on the model in ``folder``: peft's init (B = 0, a no-op) or B drawn at random."""

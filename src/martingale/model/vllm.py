@@ -47,10 +47,12 @@ class VLLMBackend:
     """Samples and greedy reads through a vLLM server; log-probs and the parity reference from
     the same weights in torch (``local``, an HFBackend, also the one a training stage updates)."""
 
-    def __init__(self, server: Server, local: HFBackend, model_cfg: dict[str, Any]):
+    def __init__(self, server: Server, local: HFBackend, model_cfg: dict[str, Any],
+                 base_reads: dict | None = None):
         self.server, self.local, self.cfg = server, local, model_section(model_cfg)
         self.tokenizer = local.tokenizer
         self.base_name = self.served = str(self.cfg.name)
+        self.base_reads = {} if base_reads is None else base_reads   # _base_greedy's, one per server
 
     @property
     def model(self) -> Any:
@@ -70,7 +72,8 @@ class VLLMBackend:
 
     def with_model(self, model: Any) -> "VLLMBackend":
         """The same server, log-probs from ``model`` (a peft policy on this backend's weights)."""
-        return type(self)(self.server, HFBackend(model, self.tokenizer, self.local.batch_size), self.cfg)
+        return type(self)(self.server, HFBackend(model, self.tokenizer, self.local.batch_size), self.cfg,
+                          self.base_reads)
 
     def close(self) -> None:
         self.server.stop()
@@ -159,6 +162,14 @@ class VLLMBackend:
         return [(self._completion_ids(c), [x for x in c["logprobs"]["token_logprobs"] if x is not None])
                 for c in choices]
 
+    def _base_greedy(self, texts: list[str], tokens: int = 8) -> list[tuple[list[int], list[float]]]:
+        """``_greedy_logprobs`` of the base model, read once per server and prompt set: the served
+        base weights never change, so every later adapter check compares with the same reads."""
+        key = (tuple(texts), tokens)
+        if key not in self.base_reads:
+            self.base_reads[key] = self._greedy_logprobs(texts, self.base_name, tokens)
+        return self.base_reads[key]
+
     def verify(self, probes: list[str], tokens: int = 8) -> dict[str, Any]:
         """Backend parity on ``probes``: greedy tokens equal to HF's and log-probs within
         parity_tol. Where the two pick different tokens, that is a tie only if HF scores the
@@ -168,7 +179,7 @@ class VLLMBackend:
         if not probes:
             raise _stage_error("backend parity: no probe prompts, the check cannot run")
         tol = float(self.cfg.vllm.parity_tol)
-        greedy = self._greedy_logprobs(probes, self.base_name, tokens)
+        greedy = self._base_greedy(probes, tokens)
         theirs = [ids for ids, _ in greedy]
         served = batch_from_ids(self.tokenizer, self._ids(probes), theirs)
         ours = self.local.sample(probes, tokens, 0.0, 0)
@@ -205,9 +216,10 @@ class VLLMBackend:
     def check_adapter_applied(self, name: str, probes: list[str]) -> float:
         """How far adapter ``name`` moves the probes' greedy continuations from the base model's:
         the largest |Δ log-prob| of the chosen tokens (inf where a token differs); fails "adapter
-        not applied" at or under ``vllm.adapter_floor``."""
+        not applied" at or under ``vllm.adapter_floor``. The base's reads are the server's first
+        (``_base_greedy``): a check reads the probes through the adapter only."""
         floor = float(self.cfg.vllm.adapter_floor)
-        with_a, without = self._greedy_logprobs(probes, name), self._greedy_logprobs(probes, self.base_name)
+        with_a, without = self._greedy_logprobs(probes, name), self._base_greedy(probes)
         gaps = [float("inf") if ids_a != ids_b else max((abs(a - b) for a, b in zip(lp_a, lp_b)), default=None)
                 for (ids_a, lp_a), (ids_b, lp_b) in zip(with_a, without)]
         gaps = [g for g in gaps if g is not None]
