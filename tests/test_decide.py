@@ -85,6 +85,21 @@ def test_the_budget_is_exceeded_by_one_stage_at_most(decided):
     assert spent(root, plan) <= 0.05 + largest / 3600 * 2
 
 
+def test_the_looks_stage_jobs_start_warm_in_the_worker_decide_keeps_for_its_waves(decided):
+    """A wave is one or two jobs, too few for a Snakemake call to start a warm worker: decide keeps
+    one, so no look's job imports torch and the rest again."""
+    root, _, _ = decided
+    built = [r["sid"] for r in read_jsonl(root / LEDGER)]
+    logs = [root / "logs" / sid.split("-")[0] / f"{sid}.log" for sid in built]
+    assert built and all("job started warm" in log.read_text() for log in logs), built
+
+
+def test_decide_keeps_a_worker_only_where_the_profile_runs_jobs_on_this_machine():
+    from martingale.decide import runs_here
+    repo = Path(__file__).resolve().parents[1]
+    assert runs_here(repo, "local") and not runs_here(repo, "slurm")
+
+
 def test_a_second_decide_with_nothing_new_changes_nothing_and_builds_nothing(decided):
     root, _, _ = decided
     before = (store(root), sorted((root / "conf" / "runs").glob("*.yaml")), (root / "FINDINGS.md").read_bytes())

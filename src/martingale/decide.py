@@ -9,7 +9,9 @@ is ``seeds=[…]`` or ``world.heldout_draw=…``), checked as ``martingale check
 by Snakemake with the chosen profile, stage by stage in waves of ``jobs``: a wave is launched only
 while the CPU-hours spent (its stages' benchmarks × threads, recorded in ``logs/decide/ledger.jsonl``
 across invocations) leave room for its estimate, and a lone stage only while some budget is left,
-so the budget is exceeded by one stage at most. State lives in the run files and the store: a
+so the budget is exceeded by one stage at most. A wave of one or two jobs is too small for a
+Snakemake call to start a warm worker (jobs/warm.py): with a profile that runs jobs on this machine,
+decide starts one at its first build and keeps it for every wave. State lives in the run files and the store: a
 killed decide resumes where it stopped (a stopped decide stops its Snakemake as Ctrl-C does, and a
 stale lock is removed), and a second one with nothing new builds nothing.
 """
@@ -23,7 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+import yaml
+
 from .config.runs import RunTree
+from .jobs import warm
 from .plan import Plan, cost
 from .stats import crossed
 from .store import locks, stage_dir
@@ -147,12 +152,22 @@ class Builder:
     def __init__(self, root: Path, profile: str, jobs: int, budget: float, say: Callable[[str], None]):
         self.root, self.profile, self.jobs, self.budget, self.say = root, profile, jobs, budget, say
         self.log = root / "logs" / "decide" / "snakemake.log"
+        self.warm = runs_here(root, profile)     # a warm worker for the waves' jobs, started at the first
+        self.worker: Optional[str] = None        # build (its imports done): a decide building nothing starts none
+
+    def close(self) -> None:
+        """Stop the warm worker, if this decide started one."""
+        if self.worker is not None:
+            warm.stop()
+            self.worker = None
 
     def snakemake(self, targets: list[str]) -> bool:
         """Snakemake on the targets with the profile; its output appended to logs/decide/snakemake.log.
         A decide stopped meanwhile (Ctrl-C, SIGTERM) stops it as Ctrl-C does, so it ends its jobs and
         removes its lock (SIGTERM leaves Snakemake 9 hanging with it), then stops itself."""
         self.unlock_if_stale()
+        if self.warm and self.worker is None:
+            self.worker = warm.start(str(self.root), wait=True)
         cmd = [SNAKEMAKE, "--profile", f"profiles/{self.profile}", *targets]
         proc = subprocess.Popen(cmd, cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
@@ -220,13 +235,23 @@ def decide(root: Path | str, budget: float, include_provisional: bool = False, p
         raise findings.TableError(f"conf/decide.yaml: looks: {plan.looks}: decide needs a plan with a look after "
                                   "the campaign's (declare it before the first look)")
     builder = Builder(root, profile, jobs, budget, say)
-    if threading.current_thread() is threading.main_thread():      # SIGTERM stops decide as Ctrl-C does
-        previous = signal.signal(signal.SIGTERM, _interrupted)
-        try:
-            return _rounds(root, plan, builder, budget, include_provisional, say)
-        finally:
-            signal.signal(signal.SIGTERM, previous)
-    return _rounds(root, plan, builder, budget, include_provisional, say)
+    try:
+        if threading.current_thread() is threading.main_thread():      # SIGTERM stops decide as Ctrl-C does
+            previous = signal.signal(signal.SIGTERM, _interrupted)
+            try:
+                return _rounds(root, plan, builder, budget, include_provisional, say)
+            finally:
+                signal.signal(signal.SIGTERM, previous)
+        return _rounds(root, plan, builder, budget, include_provisional, say)
+    finally:
+        builder.close()
+
+
+def runs_here(root: Path, profile: str) -> bool:
+    """Whether the Snakemake profile runs its jobs on this machine (no executor, or ``local``)."""
+    config = root / "profiles" / profile / "config.yaml"
+    settings = yaml.safe_load(config.read_text(encoding="utf-8")) if config.is_file() else None
+    return str((settings or {}).get("executor", "local")) == "local"
 
 
 def _interrupted(signum, frame) -> None:

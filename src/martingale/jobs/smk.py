@@ -27,6 +27,7 @@ from ..store.provenance import collecting
 from ..store.tracking import flush, mirror_run, mirror_stage, stage_context
 from ..table import write_table
 from ..training import ranks, ranks_of
+from . import warm
 
 
 class Killed(BaseException):
@@ -72,6 +73,8 @@ def _logged(snakemake: Any, body: Callable[[], Any]) -> Any:
         old_handlers, old_level = root.handlers[:], root.level
         root.handlers = [handler]
         root.setLevel(logging.INFO)
+        logging.getLogger("martingale").info("job started %s", "warm (a child of the build's worker)"
+                                             if warm.in_child() else "in its own process")
         try:
             with contextlib.redirect_stdout(log_file), contextlib.redirect_stderr(log_file):
                 try:

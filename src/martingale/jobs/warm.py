@@ -4,7 +4,8 @@ instead of spending ~7-10 s importing them (half of an eval stage's wall time on
 
 Snakemake's ``onstart`` starts it for a local build (``start``; never for a cluster executor, a dry
 run or ``--config warm=0``) and ``onsuccess``/``onerror`` stop it; it also exits when the Snakemake
-process that started it is gone. Each job script calls ``run_job(snakemake, target)``: it hands its
+process that started it is gone. ``martingale decide``, whose waves are Snakemake calls of one or
+two jobs (too few to start one), keeps one for all of them: its Snakemakes' jobs inherit its name. Each job script calls ``run_job(snakemake, target)``: it hands its
 ``snakemake`` object, cwd, environment and stdio to the worker over a Unix socket (Linux's abstract
 namespace: no file; a peer of another user is refused) and waits; the child runs ``target`` exactly
 as the script would have, and its exit status becomes the script's. No worker (none started, one
@@ -36,7 +37,13 @@ PRELOAD_ATTRS = (("transformers", ("AutoModelForCausalLM", "AutoTokenizer", "Lla
 _HEADER = struct.Struct("!Q")
 _STATUS = struct.Struct("!i")
 _WORKER: Optional[subprocess.Popen] = None
+_IN_CHILD = False            # this process is a job in a warm child (in_child)
 _TERM = threading.Event()    # the worker was asked to stop (SIGTERM)
+
+
+def in_child() -> bool:
+    """Whether this process runs its job in a warm child (a job's log says which)."""
+    return _IN_CHILD
 
 
 def call(target: str, smk: Any) -> Any:
@@ -171,6 +178,7 @@ def _child(conn: socket.socket, wandb_service: Optional[str] = None) -> None:
     """Become the job: its stdio, cwd and environment (with the worker's wandb service, unless the
     job names its own); run it; send its exit status."""
     code = 1
+    importlib.import_module("martingale.jobs.warm")._IN_CHILD = True   # the worker runs as __main__
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
