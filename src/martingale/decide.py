@@ -11,9 +11,9 @@ while the CPU-hours spent (its stages' benchmarks × threads, recorded in ``logs
 across invocations) leave room for its estimate, and a lone stage only while some budget is left,
 so the budget is exceeded by one stage at most. A wave of one or two jobs is too small for a
 Snakemake call to start a warm worker (jobs/warm.py): with a profile that runs jobs on this machine,
-decide starts one at its first build and keeps it for every wave. State lives in the run files and the store: a
-killed decide resumes where it stopped (a stopped decide stops its Snakemake as Ctrl-C does, and a
-stale lock is removed), and a second one with nothing new builds nothing.
+decide starts one at its first build and keeps it for every wave. State lives in the run files and
+the store: a killed decide resumes where it stopped (a stopped decide stops its Snakemake as Ctrl-C
+does, and a stale lock is removed), and a second one with nothing new builds nothing.
 """
 from __future__ import annotations
 

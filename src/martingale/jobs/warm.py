@@ -5,12 +5,13 @@ instead of spending ~7-10 s importing them (half of an eval stage's wall time on
 Snakemake's ``onstart`` starts it for a local build (``start``; never for a cluster executor, a dry
 run or ``--config warm=0``) and ``onsuccess``/``onerror`` stop it; it also exits when the Snakemake
 process that started it is gone. ``martingale decide``, whose waves are Snakemake calls of one or
-two jobs (too few to start one), keeps one for all of them: its Snakemakes' jobs inherit its name. Each job script calls ``run_job(snakemake, target)``: it hands its
-``snakemake`` object, cwd, environment and stdio to the worker over a Unix socket (Linux's abstract
-namespace: no file; a peer of another user is refused) and waits; the child runs ``target`` exactly
-as the script would have, and its exit status becomes the script's. No worker (none started, one
-still importing, or one that died): the job runs in the script's own process, as before. A job
-killed (its script gets SIGTERM, or dies) kills its child: the child sees the connection close and raises the stage's SIGTERM path,
+two jobs (too few to start one), keeps one for all of them: its Snakemakes' jobs inherit its name.
+Each job script calls ``run_job(snakemake, target)``: it hands its ``snakemake`` object, cwd,
+environment and stdio to the worker over a Unix socket (Linux's abstract namespace: no file; a peer
+of another user is refused) and waits; the child runs ``target`` exactly as the script would have,
+and its exit status becomes the script's. No worker (none started, one still importing, or one
+that died): the job runs in the script's own process. A job killed (its script gets SIGTERM, or
+dies) kills its child: the child sees the connection close and raises the stage's SIGTERM path,
 which removes its partial output. Only third-party libraries are preloaded: the project's own
 modules are imported fresh in each child, so a job runs the code on disk when it starts.
 """
@@ -178,8 +179,8 @@ def _child(conn: socket.socket, wandb_service: Optional[str] = None) -> None:
     """Become the job: its stdio, cwd and environment (with the worker's wandb service, unless the
     job names its own); run it; send its exit status."""
     code = 1
-    importlib.import_module("martingale.jobs.warm")._IN_CHILD = True   # the worker runs as __main__
     try:
+        importlib.import_module("martingale.jobs.warm")._IN_CHILD = True   # the worker runs as __main__
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         gc.enable()
