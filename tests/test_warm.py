@@ -147,6 +147,18 @@ def test_the_worker_exits_when_the_process_that_started_it_is_gone(tmp_path):
     assert not _alive(pid)
 
 
+def test_a_build_that_inherits_a_listening_worker_uses_it_instead_of_starting_another(tmp_path):
+    """decide's worker serves the Snakemake calls it makes, however many jobs each has."""
+    name = warm.start(str(tmp_path), preload=(), wait=True)
+    try:
+        code = "import sys; from martingale.jobs import warm; print(warm.start(sys.argv[1], preload=()), warm._WORKER)"
+        proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
+                              timeout=60, env={**os.environ, warm.ENV: name})
+        assert proc.stdout.split() == ["None", "None"], proc.stdout + proc.stderr
+    finally:
+        warm.stop()
+
+
 def test_the_jobs_of_a_worker_that_preloads_wandb_log_through_its_one_wandb_service(tmp_path, monkeypatch):
     """The worker starts wandb's service once; every job's run connects to it (the token in the
     job's environment) instead of starting its own, and logs and finishes offline as before."""

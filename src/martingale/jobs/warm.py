@@ -231,9 +231,14 @@ def _watch(conn: socket.socket, done: threading.Event) -> None:
 def start(root: str, preload: tuple[str, ...] = PRELOAD, wait: bool = False) -> Optional[str]:
     """Start the build's worker (from onstart) and put its name in the environment jobs inherit;
     ``wait``: until it listens, its imports done (else a job connecting sooner runs in its own
-    process). None where none starts (not Linux)."""
+    process). None where none starts: not Linux, or a worker this process inherited still listens
+    (decide's, for the Snakemake calls it makes: their jobs use it)."""
     global _WORKER
     if not sys.platform.startswith("linux") or _WORKER is not None:
+        return None
+    inherited = _connect(os.environ.get(ENV))
+    if inherited is not None:
+        inherited.close()     # the worker's child sees an empty job and exits
         return None
     name = f"martingale-warm-{os.getpid()}-{time.monotonic_ns()}"
     env = {k: v for k, v in os.environ.items() if k != ENV}
