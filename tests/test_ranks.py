@@ -152,15 +152,17 @@ def test_a_launch_that_starts_independent_copies_fails_in_one_line(model, tmp_pa
     assert not (tmp_path / "out").exists()
 
 
-def _rank_pid(rank: int) -> int | None:
-    """The pid of the live ``rank_main`` process started as ``rank`` (from its environment)."""
+def _rank_pid(rank: int, cwd: Path) -> int | None:
+    """The pid of a live ``rank_main`` process started as ``rank`` in folder ``cwd`` (its stage's
+    driver's): a parallel test worker's ranks, in their own folders, are never this test's."""
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
             env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            here = Path(os.readlink(f"/proc/{pid}/cwd"))
         except OSError:
             continue
-        if b"martingale.jobs.rank" in cmd and f"RANK={rank}".encode() in env:
+        if b"martingale.jobs.rank" in cmd and f"RANK={rank}".encode() in env and here == cwd.resolve():
             return int(pid)
     return None
 
@@ -175,14 +177,14 @@ def test_a_killed_rank_fails_the_stage_naming_it_and_a_rerun_resumes_to_the_same
     deadline = time.time() + 120
     while not (ckpt.is_dir() and any(p.name >= "00000004" for p in ckpt.iterdir())) and time.time() < deadline:
         time.sleep(0.02)
-    pid = _rank_pid(1)
+    pid = _rank_pid(1, out.parent)
     assert pid is not None and proc.poll() is None, "the stage ended before a checkpoint at step 4"
     os.kill(pid, signal.SIGKILL)
     _, err = proc.communicate(timeout=120)        # no hang: the other rank is stopped
     assert proc.returncode == 1
     assert err.strip().splitlines()[-1] == ("martingale: train stage: rank 1 of 2 ended by signal SIGKILL; "
                                             "torchrun stopped the other ranks (a rerun resumes from the last checkpoint)")
-    assert not out.exists() and _rank_pid(0) is None and _rank_pid(1) is None
+    assert not out.exists() and _rank_pid(0, out.parent) is None and _rank_pid(1, out.parent) is None
     rerun = drive(model, out, 2, epochs=8)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert "resuming from checkpoint" in rerun.stdout
