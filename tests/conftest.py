@@ -22,8 +22,9 @@ def pytest_configure(config):
     with the other worker, and a spinning thread burns a core its descheduled twin needs. Alone,
     passive is the slower, so the project's own jobs keep OpenMP's default.
 
-    The vLLM servers the tests start run their engine in the server's process
-    (VLLM_ENABLE_V1_MULTIPROCESSING=0): a start spawns no second process that imports vLLM again.
+    The vLLM servers the tests start run the model in their engine core's process
+    (VLLM_ENABLE_V1_MULTIPROCESSING=0): on a CPU vLLM otherwise gives it a worker process of its own,
+    one more import of vLLM and torch a start. The API server still starts its engine core apart.
     test_vllm.py starts one in vLLM's own layout, as users run it, and checks what it leaves behind."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     if os.environ.get("PYTEST_XDIST_WORKER"):
