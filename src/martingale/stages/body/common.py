@@ -74,7 +74,7 @@ def supervised_loop(model, tokenizer, next_pairs: Callable[[int], list[tuple[str
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         sched.step()
-        loss_value = float(loss)
+        loss_value = loss.item()
         if on_step is not None:
             on_step(step, loss_value)
     model.eval()

@@ -131,7 +131,7 @@ def iteration(policy, human, world, qs: list, cfg: InstructorSlice, explore: Sim
     policy.model.train()
     loss, kl, _ = utterance_loss(policy, played, adv, stage.kl_beta, temperature)
     if not torch.isfinite(loss):
-        raise StageError(f"{name}: loss is {float(loss)} at iteration {it}: stopping")
+        raise StageError(f"{name}: loss is {loss.item()} at iteration {it}: stopping")
     update(policy, loss)
     check_adapter_finite(policy, name, it, stage)
     gap = adapter_gap(policy, played, temperature)

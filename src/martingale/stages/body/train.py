@@ -116,7 +116,7 @@ def train_steps(policy: Policy, score: Callable[..., np.ndarray], train_q, ctx, 
             loss, kl, rew, stated, y, tokens = step_loss(policy, score, qs, np.repeat(np.arange(B), G), ctx,
                                                          elicit, stage, seed * 100_003 + step)
             if not torch.isfinite(loss):
-                raise StageError(f"{name}: loss is {float(loss)} at step {step} "
+                raise StageError(f"{name}: loss is {loss.item()} at step {step} "
                                  f"(lr {stage.lr}, kl_beta {stage.kl_beta}): stopping")
             update(policy, loss)
             check_adapter_finite(policy, name, step, stage)
