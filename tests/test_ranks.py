@@ -155,6 +155,7 @@ def test_a_launch_that_starts_independent_copies_fails_in_one_line(model, tmp_pa
 def _rank_pid(rank: int, cwd: Path) -> int | None:
     """The pid of a live ``rank_main`` process started as ``rank`` in folder ``cwd`` (its stage's
     driver's): a parallel test worker's ranks, in their own folders, are never this test's."""
+    folder = cwd.resolve()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -162,7 +163,7 @@ def _rank_pid(rank: int, cwd: Path) -> int | None:
             here = Path(os.readlink(f"/proc/{pid}/cwd"))
         except OSError:
             continue
-        if b"martingale.jobs.rank" in cmd and f"RANK={rank}".encode() in env and here == cwd.resolve():
+        if b"martingale.jobs.rank" in cmd and f"RANK={rank}".encode() in env and here == folder:
             return int(pid)
     return None
 
