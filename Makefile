@@ -7,8 +7,8 @@ CORES ?= 2
 
 .PHONY: install vllm smollm2 system-packages demo campaign test lint docs table bench clean-results
 
-# The project into .venv with uv (parallel downloads, installs and bytecode compiles: ~1 min 15 s
-# here against pip's ~2 min 20 s), taking wheels from the directories pip is configured to find
+# The project into .venv with uv (parallel downloads, installs and bytecode compiles: 40-55 s
+# here, ~28 s of it compiling), taking wheels from the directories pip is configured to find
 # links in (this machine's CPU torch: without them uv would resolve torch==2.13.0 to PyPI's CUDA
 # build); pip if uv fails. Compiled at install, the project's own src/ too: where
 # PYTHONDONTWRITEBYTECODE is set (this machine), nothing else would, and every job would compile
@@ -37,8 +37,7 @@ system-packages:  ## Debian packages for the browser and SLURM tests (installed 
 	bash scripts/install_system_packages.sh
 
 demo: install  ## the main job on the embedded default: filter-s2only end to end, then the table
-	$(BIN)/snakemake --profile profiles/local -c$(CORES) results/filter-s2only/eval.json
-	$(BIN)/snakemake --profile profiles/local -c$(CORES) runs.json
+	$(BIN)/snakemake --profile profiles/local -c$(CORES) results/filter-s2only/eval.json runs.json
 
 # The embedded campaign (base-vllm through .venv-vllm); the SmolLM2 runs join it where the model is
 # there (`make smollm2`, which `make test` runs; its 16 runs take ≈ 4-5 min each). API and GPU runs are skipped.
