@@ -2,10 +2,10 @@
 
 ``Server.start`` runs ``python -m vllm.entrypoints.openai.api_server`` from ``model.vllm.python``
 (the separate ``.venv-vllm``: vLLM pins its own torch) on a free local port with its own TMPDIR,
-waits for ``/health``, and stops it by process group when the stage closes the backend (or dies:
-the server gets SIGTERM when its parent does). ``Server(url)`` talks to a server the user runs.
-Requests are retried ``retries`` times, ``concurrency`` at a time; a server that died fails the
-stage with its log's tail.
+waits until ``/health`` answers on a socket of that process, and stops it by process group when
+the stage closes the backend (or dies: the server gets SIGTERM when its parent does).
+``Server(url)`` talks to a server the user runs. Requests are retried ``retries`` times,
+``concurrency`` at a time; a server that died fails the stage with its log's tail.
 """
 from __future__ import annotations
 
@@ -24,7 +24,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
+from urllib.parse import urlsplit
 
+import psutil
 import requests
 
 from ..core.errors import StageError
@@ -61,6 +63,25 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _listens_on(pid: int, port: int) -> bool:
+    """Whether process ``pid`` or a descendant holds the listening TCP socket on ``port``. The port
+    is free when picked but only bound by vLLM seconds later: another process may take it first,
+    and its ``/health`` must not pass for our server's."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return False
+    for proc in procs:
+        try:
+            conns = proc.net_connections(kind="tcp")
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in conns):
+            return True
+    return False
 
 
 def server_command(model_dir: Path, model_cfg: dict[str, Any], port: int) -> list[str]:
@@ -220,12 +241,16 @@ class Server:
             raise _stage_error(f"vLLM server exited ({self.proc.returncode}); log {self.log_path}: "
                                f"{self.log_tail()}")
 
+    def _ours(self) -> bool:
+        """The process answering at our port is the server started here (a user's server: yes)."""
+        return self.proc is None or _listens_on(self.proc.pid, urlsplit(self.url).port or 80)
+
     def wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self.check_alive()
             try:
-                if self.http.get(self.url + "/health", timeout=5).status_code == 200:
+                if self.http.get(self.url + "/health", timeout=5).status_code == 200 and self._ours():
                     record_server_at(self.http, self.url)   # its /version, in the stage's provenance.json
                     return
             except requests.RequestException:
