@@ -22,6 +22,13 @@ class JsonHandler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
+class Healthy(JsonHandler):
+    """Answers every GET, ``/health`` included, with 200 and ``{}``."""
+
+    def do_GET(self):
+        self.send_json(200, b"{}")
+
+
 class LocalServer:
     """Serves ``handler`` (a JsonHandler class) until ``close``; ``url`` is its /v1 base."""
 

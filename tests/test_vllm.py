@@ -12,10 +12,10 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from localhttp import Healthy, LocalServer
 
 from martingale.core.errors import StageError
 
@@ -307,58 +307,41 @@ def test_a_missing_vllm_env_is_named(tmp_path, served):
         Server.start(served[1] / "model", cfg)
 
 
-# A process answering 200 on every GET, /health included, at the port in argv[1].
-HEALTH_SERVER = """
-import http.server, sys
-class Health(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200)
-        self.end_headers()
-    def log_message(self, *args):
-        pass
-http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
+# Another process serving localhttp.Healthy: prints its base URL once it listens, then waits.
+HEALTHY_PROCESS = """
+import time
+from localhttp import Healthy, LocalServer
+print(LocalServer(Healthy).url.removesuffix("/v1"), flush=True)
+time.sleep(60)
 """
-
-
-def _health_server(port: int) -> subprocess.Popen:
-    """HEALTH_SERVER on ``port``, once it answers."""
-    import requests
-    proc = subprocess.Popen([sys.executable, "-c", HEALTH_SERVER, str(port)])
-    for _ in range(100):
-        try:
-            requests.get(f"http://127.0.0.1:{port}/health", timeout=1)
-            return proc
-        except requests.RequestException:
-            time.sleep(0.1)
-    proc.kill()
-    raise AssertionError(f"the health server on port {port} did not answer")
 
 
 def test_a_port_another_process_answers_is_not_taken_for_the_started_server():
     """The port is free when picked, but vLLM binds it seconds later: a process that took it in
-    between and answers /health is not the server started here, whose requests would go there."""
-    from martingale.model.vllm_server import Server, _free_port
-    port = _free_port()
-    other = _health_server(port)
+    between (here this test's own) and answers /health is not the server started here, whose
+    requests would go there."""
+    from martingale.model.vllm_server import Server
+    other = LocalServer(Healthy)
     ours = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         with pytest.raises(StageError, match="not ready after 2 s"):
-            Server(f"http://127.0.0.1:{port}", model_cfg(), ours).wait_ready(2.0)
-    finally:
-        for proc in (other, ours):
-            proc.kill()
-            proc.wait()
-
-
-def test_the_started_server_is_ready_once_its_own_process_answers_health():
-    from martingale.model.vllm_server import Server, _free_port
-    port = _free_port()
-    ours = _health_server(port)
-    try:
-        Server(f"http://127.0.0.1:{port}", model_cfg(), ours).wait_ready(10.0)
+            Server(other.url.removesuffix("/v1"), model_cfg(), ours).wait_ready(2.0)
     finally:
         ours.kill()
         ours.wait()
+        other.close()
+
+
+def test_the_started_server_is_ready_once_its_own_process_answers_health():
+    from martingale.model.vllm_server import Server
+    ours = subprocess.Popen([sys.executable, "-c", HEALTHY_PROCESS], stdout=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).parent)
+    try:
+        Server(ours.stdout.readline().strip(), model_cfg(), ours).wait_ready(10.0)
+    finally:
+        ours.kill()
+        ours.wait()
+        ours.stdout.close()
 
 
 def test_a_dead_servers_message_quotes_its_first_error_line_above_the_shutdown_noise(tmp_path):
