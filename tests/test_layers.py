@@ -26,6 +26,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("stages", {"stages"}),
     ("config", {"config"}),
     ("plan", {"plan"}),
+    ("remote", {"remote"}),   # the stage store at a URL: it pulls what a plan's build needs
     ("records", {"records"}),
     ("table", {"table"}),
     ("entry", {"jobs", "decide", "cli", ""}),   # "": the package's own __init__

@@ -8,6 +8,7 @@ from pathlib import Path
 from martingale.config.runs import RUN_ID_PATTERN, RunError
 from martingale.jobs import warm
 from martingale.plan import Plan, cost
+from martingale.remote import build as remote
 from martingale.stages import kinds
 from martingale.store import ID_PATTERN, STORE, stage_dir
 from martingale.store.manifest import MANIFEST
@@ -61,6 +62,7 @@ def stage_output(sid):
 @per_job
 def stage_inputs(wildcards):
     """Upstream stages by role (base_model, start_model, judge_model, model): their manifests."""
+    store_synced()
     return {role: stage_output(uid) for role, uid in PLAN.stages[wildcards.sid].inputs.items()}
 
 
@@ -133,6 +135,7 @@ def stage_nodes(wildcards):
 @per_job
 def run_eval_dirs(wildcards):
     """The evals of one run (every stage, every seed): their manifests."""
+    store_synced()
     return [stage_output(e["eval_stage"]) for e in PLAN.evals(wildcards.run)]
 
 
@@ -237,6 +240,7 @@ def table_inputs(wildcards):
     vanished result changes this input set, so the table step reruns and fails with its advice.
     The ancestors a requested run aggregates (ancestor_results) count as built by this invocation.
     conf/findings.yaml, when present, is read for FINDINGS.md."""
+    store_synced()
     building = requested_runs()
     building |= {a for run in building for a in free_ancestors(run)}
     evals = [f"results/{run}/eval.json" for run in sorted(PLAN.tree.specs)
@@ -288,3 +292,17 @@ onsuccess:
 
 onerror:
     warm.stop()
+
+
+@functools.cache
+def store_synced():
+    """With a store (conf/config.yaml `store.url`, $MARTINGALE_STORE): before Snakemake decides what
+    to run, pull every stage and run result this call needs that the store holds (martingale.remote),
+    so it builds only what no machine has finished. Called from the first input function the DAG
+    asks (the executor is known then: a dry run pulls nothing); never inside a cluster job."""
+    if not workflow.is_main_process:
+        return None
+    runs = requested_runs()
+    runs |= {a for run in runs for a in free_ancestors(run)}
+    targets = list(workflow.dag_settings.targets or ()) if workflow.dag_settings else []
+    return remote.before_dag(PLAN, ROOT, sorted(runs), targets, dry=workflow.dryrun)

@@ -33,7 +33,7 @@ from ..world import worlds
 from . import sections as core
 
 STEPS = ("s1", "s2")   # the model stages a run may have, stages.s1 and stages.s2
-CORE_KEYS = ("world", "model", "elicit", "start", "seeds", "seed_offset", "stages", "eval", "prompts", "budget", "wandb")
+CORE_KEYS = ("world", "model", "elicit", "start", "seeds", "seed_offset", "stages", "eval", "prompts", "budget", "wandb", "store")
 ROLE_MODELS = ("simulate.human_model", "simulate.instructor_model")   # model.* keys changed for one role
 
 
@@ -104,6 +104,7 @@ def _build(registries: int) -> dict[str, type]:
         ("prompts", core.PromptsConfig, section(core.PromptsConfig)),
         ("budget", core.BudgetConfig, section(core.BudgetConfig)),
         ("wandb", core.WandbConfig, section(core.WandbConfig)),
+        ("store", core.StoreConfig, section(core.StoreConfig)),
     ]
     top += [(d.path, d.section.schema, section(d.section.schema)) for d in declared if d.by != "backend"]
     return {"Config": _make("Config", top), "ModelConfig": model, "StageConfig": stage, "StagesConfig": stages}

@@ -11,7 +11,10 @@ from typing import Optional
 from ..beliefs.section import ElicitConfig, EpisodePromptsConfig, PromptsConfig  # noqa: F401 (declared by beliefs)
 from ..core.settings import (
     POSITIVE,
+    Int,
     Maybe,
+    OneOf,
+    PathValue,
     setting,
 )
 from ..model.section import Distributed, ModelConfig, Resources  # noqa: F401 (declared by the model package)
@@ -26,3 +29,14 @@ class BudgetConfig:
 refuses to start a build whose estimate exceeds it (null = no cap)."""
     gpu_hours: Optional[float] = setting(None, Maybe(POSITIVE))
     cpu_hours: Optional[float] = setting(None, Maybe(POSITIVE))
+
+
+@dataclass
+class StoreConfig:
+    """A durable stage store every machine pushes each finished stage to and pulls from instead of
+rebuilding (docs/store.md); null = this machine only. ``$MARTINGALE_STORE`` wins over ``url``.
+Credentials never go here: the environment or the library's own configuration gives them."""
+    url: Optional[str] = setting(None, PathValue(), "s3://bucket/prefix, a mounted folder, or any fsspec URL")
+    on_corrupt: str = setting("rebuild", OneOf(("rebuild", "stop")),
+                              "a pulled blob that fails its sha256: build the stage here, or stop the build")
+    jobs: int = setting(32, Int(1, 512), "transfers at once")

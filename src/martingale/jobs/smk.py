@@ -19,6 +19,7 @@ from ..config.slices import stage_config
 from ..core.errors import StageError
 from ..core.threads import use_threads
 from ..model.section import model_section
+from ..remote.hooks import after_run, after_stage
 from ..stages import kinds
 from ..stats.seeds import combined_values
 from ..store.files import open_log, read_json, redact, write_json
@@ -136,6 +137,8 @@ def run_stage(snakemake: Any) -> None:
                     ranks.launch(kind.name, cfg, inputs, out_dir, threads)
                 else:
                     kind.run(stage_config(kind, cfg), out_dir=out_dir, **inputs)
+            # In the store before the job reports done (a store is set: martingale.remote)
+            after_stage(Path.cwd(), snakemake.wildcards.sid, inputs)
             track_stage(snakemake)
     except BaseException:
         # The job fails, so Snakemake deletes its output (the manifest): a folder the body had
@@ -192,6 +195,8 @@ def aggregate_job(snakemake: Any) -> None:
         aggregate_fn()(snakemake.wildcards.run, cfg, lineage, evals, Path(snakemake.output.evals).parent,
                        parent_evals=parent_evals, natural_evals=natural_evals)
         record_landing(Path(snakemake.output.landed))
+        after_run(Path.cwd(), snakemake.wildcards.run, cfg, lineage,
+                  [e["eval_stage"] for e in evals + parent_evals + natural_evals])
         track_run(snakemake.wildcards.run, cfg, lineage, Path(snakemake.output.evals))
     run_logged(snakemake, body)
 

@@ -117,7 +117,7 @@ def stage_slice(kind: StageKind, cfg: dict, step: Optional[str] = None, seed: Op
 def run_seeds(cfg: dict) -> list[int]:
     """The seeds a run's chains are built on: ``seeds``, each plus ``seed_offset`` (a reseed)."""
     return [int(s) + int(cfg.get("seed_offset") or 0) for s in cfg["seeds"]]
-NOT_RUN_IDENTITY = ("budget",)   # what a build may cost, not what a run is: never makes a run stale
+NOT_RUN_IDENTITY = ("budget", "store")   # what a build may cost, where it keeps stages: never makes a run stale
 
 
 def unused_sections(cfg: dict) -> list[str]:
