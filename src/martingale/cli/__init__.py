@@ -75,5 +75,6 @@ def main(root: Path = typer.Option(Path("."), "--root", help="Project folder (ho
 from . import runs  # noqa: E402,F401
 from . import results  # noqa: E402,F401
 from . import store  # noqa: E402,F401
+from . import remote  # noqa: E402,F401
 from . import questions  # noqa: E402,F401
 # isort: on
