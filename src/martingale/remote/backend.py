@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import os
 import shutil
 import tempfile
@@ -32,9 +33,16 @@ def _is_local(url: str) -> bool:
 
 def open_store(url: str, jobs: int = 32) -> "Backend":
     """The backend for a store URL: a folder for a path (``/mnt/shared/store``, ``file://…``),
-    fsspec for any other URL."""
+    fsspec for any other URL. One per URL and credentials for the process's life: s3fs closes its
+    session when collected, which inside Snakemake's own event loop fails noisily."""
     if _is_local(url):
         return LocalBackend(url, jobs)
+    env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+    return _fsspec_backend(url, jobs, env)
+
+
+@functools.lru_cache(maxsize=16)
+def _fsspec_backend(url: str, jobs: int, env: tuple[tuple[str, str], ...]) -> "FsspecBackend":
     return FsspecBackend(url, jobs)
 
 
