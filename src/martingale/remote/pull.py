@@ -92,6 +92,8 @@ def sync_stages(backend: Backend, root: Path, order: Sequence[str], inputs: dict
         for sid in wave:
             settled[sid] = _settle(root, sid, inputs[sid], records, settled, pulls, out, say)
         bad = _pull_all(backend, pulls, out, stop_on_corrupt, say)
+        out.pulled = [s for s in out.pulled if s not in bad]
+        out.replaced = [s for s in out.replaced if s not in bad]
         for p in pulls:
             if p.record.name in bad:
                 settled[p.record.name] = None
