@@ -249,7 +249,7 @@ class FsspecBackend(Backend):
 
             async def run_all() -> list[Any]:
                 sem = asyncio.Semaphore(self.jobs)
-                method = getattr(self.fs, f"_{name}")
+                method = getattr(self, name) if name.startswith("_head") else getattr(self.fs, f"_{name}")
 
                 async def one(a: tuple[Any, ...]) -> Any:
                     async with sem:
@@ -260,7 +260,17 @@ class FsspecBackend(Backend):
             return self.call(lambda: list(pool.map(lambda a: getattr(self.fs, name)(*a), args)))
 
     def exists_many(self, keys: Sequence[str]) -> list[bool]:
+        if hasattr(self.fs, "_call_s3"):   # s3fs: one HEAD a key (its exists() also lists a missing one)
+            return [bool(x) for x in self._many("_head_exists", [(self._path(k),) for k in keys])]
         return [bool(x) for x in self._many("exists", [(self._path(k),) for k in keys])]
+
+    async def _head_exists(self, path: str) -> bool:
+        bucket, key, _ = self.fs.split_path(path)
+        try:
+            await self.fs._call_s3("head_object", Bucket=bucket, Key=key)
+            return True
+        except FileNotFoundError:
+            return False
 
     def upload_many(self, pairs: Sequence[tuple[Path, str]]) -> None:
         self._many("put_file", [(str(src), self._path(key)) for src, key in pairs])
