@@ -87,6 +87,8 @@ def sync_stages(backend: Backend, root: Path, order: Sequence[str], inputs: dict
     pending = list(order)
     while pending:
         wave = [s for s in pending if all(i in settled for i in inputs[s].values())]
+        if not wave:
+            raise ValueError(f"stages whose inputs are not in the order: {pending[:3]}")
         pending = [s for s in pending if s not in wave]
         pulls = []
         for sid in wave:
