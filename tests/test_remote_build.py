@@ -155,3 +155,17 @@ def test_two_machines_building_one_chain_at_once_leave_one_lineage(server, tmp_p
         for sid, record in records.items():
             if (root / stage_dir(sid)).is_dir():
                 assert manifest_digest(root / stage_dir(sid)) == record.digest, (root.name, sid)
+
+
+def test_an_unreachable_store_builds_locally_saying_which_stage_is_not_pushed(server, tmp_path, smoke_pretrain):
+    root = make_project(tmp_path / "e", config=SMOKE)
+    copy_pretrain(smoke_pretrain, root)
+    plan = Plan.load(root)
+    distill = next(s for s in plan.stages if plan.stages[s].kind == "distill")
+    env = {**env_for(server, "unreachable"), "AWS_ENDPOINT_URL": "http://127.0.0.1:9"}   # nothing listens there
+    res = smk(root, env, f"{stage_dir(distill)}/MANIFEST.json")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert (root / stage_dir(distill) / "MANIFEST.json").is_file()
+    lines = [line for line in res.stderr.splitlines() if line.startswith("martingale: store")]
+    assert any("unreachable" in line and "building locally" in line for line in lines), res.stderr[-3000:]
+    assert any(f"{distill} not pushed" in line and "martingale push" in line for line in lines), lines
