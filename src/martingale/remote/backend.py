@@ -203,7 +203,7 @@ class FsspecBackend(Backend):
             raise StoreError(f"store {url}: {e}") from None
         self.root = root.rstrip("/")
         if url.startswith("s3://"):
-            type(self.fs).retries = 2   # s3fs's own retries on top of botocore's: a dead store fails fast
+            self.fs.retries = 2   # s3fs's own retries on top of botocore's: a dead store fails fast
 
     def _path(self, key: str) -> str:
         return f"{self.root}/{key}"
@@ -260,7 +260,16 @@ class FsspecBackend(Backend):
             return self.call(lambda: list(pool.map(lambda a: getattr(self.fs, name)(*a), args)))
 
     def exists_many(self, keys: Sequence[str]) -> list[bool]:
-        if hasattr(self.fs, "_call_s3"):   # s3fs: one HEAD a key (its exists() also lists a missing one)
+        """One listing of each ``cas/<ab>/`` folder the keys fall in when that is fewer requests than
+        one a key (a stage of many small files), else one HEAD a key (s3fs's exists() also lists
+        a missing key)."""
+        folders = sorted({k.rsplit("/", 1)[0] for k in keys})
+        if len(folders) < len(keys):
+            found: set[str] = set()
+            for paths in self._many("find", [(self._path(f),) for f in folders]):
+                found.update(p[len(self.root) + 1:] for p in paths)
+            return [k in found for k in keys]
+        if hasattr(self.fs, "_call_s3"):
             return [bool(x) for x in self._many("_head_exists", [(self._path(k),) for k in keys])]
         return [bool(x) for x in self._many("exists", [(self._path(k),) for k in keys])]
 
