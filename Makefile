@@ -5,7 +5,7 @@ BIN   := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 CORES ?= 2
 
-.PHONY: install vllm smollm2 system-packages demo campaign test lint docs table bench clean-results
+.PHONY: install vllm smollm2 system-packages demo campaign test lint docs table bench bench-store clean-results
 
 # The project into .venv with uv (parallel downloads, installs and bytecode compiles: 40-55 s
 # here, ~28 s of it compiling), taking wheels from the directories pip is configured to find
@@ -75,6 +75,21 @@ bench: install
 	$(BIN)/python bench/rl_throughput.py
 	$(BIN)/python bench/seed_batching.py
 	$(BIN)/python bench/step_routes.py
+
+# The tools bench/store_speed.py compares the stage store with, in their own venv (their pins are
+# not the project's), compiled at install like .venv (PYTHONDONTWRITEBYTECODE would make every
+# snakemake and dvc call compile its imports again).
+BENCH_VENV  := .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.installed-stamp
+BENCH_PKGS  := 'snakemake==9.27.1' 'snakemake-storage-plugin-s3==0.3.6' 'dvc==3.67.1' 'dvc-s3==3.3.0'
+
+$(BENCH_STAMP): Makefile | $(STAMP)
+	$(PY) -m venv $(BENCH_VENV)
+	$(BIN)/uv pip install -q --compile-bytecode --python $(BENCH_VENV)/bin/python $(PIP_LINKS) $(BENCH_PKGS)
+	touch $(BENCH_STAMP)
+
+bench-store: install $(BENCH_STAMP)  ## the stage store's push and pull against Snakemake's S3 plugin and DVC on a local S3 server (minutes)
+	$(BIN)/python bench/store_speed.py $(BENCH_ARGS)
 
 clean-results:
 	rm -rf results logs .snakemake runs.json
