@@ -3,7 +3,7 @@ a partial stage, and the next push completes it. Not a test (a minute or two):
 `python bench/store_kill_trials.py [--trials 24] [--stage DIR]`.
 
 A real S3-compatible server (SeaweedFS, tests/s3server.py) on loopback. The stage pushed is a copy
-of DIR (default: a stage folder of 400 files, 1-64 KiB, made here, as a job leaves it). Each trial,
+of DIR (default: a stage folder of 120 files, 1-64 KiB, made here, as a job leaves it). Each trial,
 on a fresh prefix: `martingale.remote.push.push_stage` in its own process, SIGKILLed after a random
 delay drawn up to the time an uninterrupted push takes; then a third machine (an empty folder)
 pulls (`martingale.remote.pull.sync_stages`): it must get nothing or the complete stage, byte for
@@ -43,7 +43,7 @@ print(push_stage(open_store(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], {}).st
 
 
 def make_stage(root: Path, source: Path | None) -> None:
-    """The stage to push under root: a copy of ``source``'s files, or 400 seeded random files."""
+    """The stage to push under root: a copy of ``source``'s files, or 120 seeded random files."""
     rng = random.Random(7)
     with atomic_dir(root / stage_dir(SID)) as tmp:
         if source is not None:
@@ -52,7 +52,7 @@ def make_stage(root: Path, source: Path | None) -> None:
                     (tmp / path.relative_to(source)).parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(path, tmp / path.relative_to(source))
         else:
-            for i in range(400):
+            for i in range(120):
                 (tmp / f"part-{i:03d}.bin").write_bytes(rng.randbytes(rng.randint(1024, 65536)))
 
 
@@ -78,7 +78,7 @@ def main() -> int:
     global REFERENCE
     ap = argparse.ArgumentParser()
     ap.add_argument("--trials", type=int, default=24)
-    ap.add_argument("--stage", type=Path, default=None, help="a stage folder to push (default: 400 random files)")
+    ap.add_argument("--stage", type=Path, default=None, help="a stage folder to push (default: 120 random files)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="store-kill-"))
     with S3Server(work / "s3") as server:
