@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
+from ..store.files import write_bytes
 from .settings import StoreError
 
 
@@ -142,10 +143,7 @@ class LocalBackend(Backend):
     def create(self, key: str, data: bytes) -> bool:
         tmp = self._temp(key)
         try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+            write_bytes(tmp, data)          # the project's one writer: atomic, fsynced, redacted
             os.link(tmp, self._path(key))
             return True
         except FileExistsError:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..store.files import canonical_json
+from ..store.files import canonical_json, redact
 from ..store.manifest import MANIFEST, sha256_file
 
 FORMAT = 1
@@ -62,8 +62,8 @@ class Record:
 
     def to_bytes(self) -> bytes:
         """Canonical JSON: the same record is the same bytes on every machine."""
-        return canonical_json({"format": FORMAT, "kind": self.kind, "name": self.name, "digest": self.digest,
-                               "files": self.files, "inputs": self.inputs}).encode("utf-8")
+        return redact(canonical_json({"format": FORMAT, "kind": self.kind, "name": self.name, "digest": self.digest,
+                                      "files": self.files, "inputs": self.inputs})).encode("utf-8")
 
     @property
     def blobs(self) -> dict[str, int]:
