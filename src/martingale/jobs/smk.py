@@ -27,7 +27,8 @@ from ..store.manifest import require
 from ..store.provenance import collecting
 from ..store.tracking import flush, mirror_run, mirror_stage, stage_context
 from ..table import write_table
-from ..training import ranks, ranks_of
+from ..training import ranks_of
+from ..training.launch import launch
 from . import warm
 
 
@@ -134,7 +135,7 @@ def run_stage(snakemake: Any) -> None:
             # provenance.json (versions, vLLM server, weights' sha256) goes into out_dir
             with collecting(out_dir, Path.cwd()):
                 if kind.ranked and ranks_of(model)[0] > 1:
-                    ranks.launch(kind.name, cfg, inputs, out_dir, threads)
+                    launch(kind.name, cfg, inputs, out_dir, threads)
                 else:
                     kind.run(stage_config(kind, cfg), out_dir=out_dir, **inputs)
             # In the store before the job reports done (a store is set: martingale.remote)
