@@ -175,8 +175,8 @@ def aggregate_fn() -> Callable[..., Any]:
     return write_run_results
 
 
-# The jobs of the three scripts in workflow/scripts, each ``fn(snakemake)``: a script hands its job
-# to martingale.jobs.warm.run_job, which runs it in a warm child of the build's worker or in place.
+# The jobs of the three scripts in workflow/scripts, each ``fn(snakemake)``: a script calls its job
+# in place, or in a warm child of the build's worker that runs the script (martingale.jobs.warm).
 def stage_job(snakemake: Any) -> None:
     """workflow/scripts/stage.py: the stage kind named by the rule (run_stage), logged."""
     run_logged(snakemake, lambda: run_stage(snakemake))
