@@ -117,19 +117,101 @@ def test_the_cycle_finder_finds_every_cycle():
 
 
 
-def test_planning_imports_no_scipy_pandas_or_torch(tmp_path):
-    """The Snakefile plans at parse time (every snakemake call, every cluster job): finding the stage
-    kinds, rewards, readers and backends reads their declarations only: numpy (the rewards' and the
-    world's arrays), never scipy, pandas, torch or transformers (a fresh process)."""
+# Each registry that finds its extensions by importing its package's modules: the package, the
+# module holding its HELPERS (the modules discovery skips) and its discovery function.
+REGISTRIES = {
+    "martingale.stages": ("martingale.stages", "kinds"),
+    "martingale.rewards": ("martingale.rewards", "rewards"),
+    "martingale.beliefs": ("martingale.beliefs.readers", "readers"),
+    "martingale.model": ("martingale.model.backend", "backends"),
+    "martingale.world": ("martingale.world.registry", "worlds"),
+    "martingale.metrics": ("martingale.metrics", "declared_metrics"),
+}
+DISCOVER = "; ".join(f"import {holder}; {holder}.{fn}()" for holder, fn in REGISTRIES.values())
+
+
+def test_planning_imports_no_torch_transformers_or_peft_nor_a_body(tmp_path):
+    """The Snakefile plans at parse time (every snakemake call, every cluster job): planning, and
+    every registry's discovery after it, read declarations only: numpy (the rewards' and the world's
+    arrays), never torch, transformers or peft, nor a stage kind's or a backend's body (a fresh
+    process). Planning alone imports no scipy or pandas either. A helper module left off its
+    registry's HELPERS is imported by discovery: one that brings torch fails here."""
+    import json
     import subprocess
     import sys
 
     from projcopy import make_project
     root = make_project(tmp_path / "project")
-    code = ("import sys; from martingale.plan import Plan; p = Plan.load('.'); p.stages_for(p.active_run_ids()); "
-            "print(sorted(m for m in ('scipy', 'pandas', 'torch', 'transformers') if m in sys.modules))")
+    code = ("import json, sys; from martingale.plan import Plan; p = Plan.load('.'); p.stages_for(p.active_run_ids()); "
+            "heavy = lambda: sorted(m for m in ('scipy', 'pandas', 'torch', 'transformers', 'peft') "
+            "if m in sys.modules); "
+            f"planned = heavy(); {DISCOVER}; "
+            "bodies = sorted(m for m in sys.modules if m.startswith('martingale.stages.body.') "
+            "or m in ('martingale.' + b for b in martingale.model.backend.BUILT_IN)); "
+            "print(json.dumps({'planned': planned, 'discovered': heavy(), 'bodies': bodies}))")
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    found = json.loads(out.stdout)
+    assert found["planned"] == []
+    assert set(found["discovered"]) & {"torch", "transformers", "peft"} == set()
+    assert found["bodies"] == []
+
+
+def test_each_registrys_helpers_are_the_modules_of_its_package_that_register_nothing():
+    """A registry's HELPERS (the modules its discovery does not import) are exactly the modules of
+    its package that register no extension: one left off the list is imported while planning, one
+    on it that registers is never found. Each registration is traced, in a fresh process, to the
+    module whose top level made it."""
+    import json
+    import subprocess
+    import sys
+
+    code = f"""
+import importlib, json, pkgutil, sys
+from martingale.core import registry
+added, real_add = [], registry.Registry.add
+def add(self, name, value):
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_name != "<module>":
+        frame = frame.f_back
+    added.append(frame.f_globals["__name__"])
+    return real_add(self, name, value)
+registry.Registry.add = add
+found = {{}}
+for package, (holder, fn) in {REGISTRIES!r}.items():
+    getattr(importlib.import_module(holder), fn)()
+    modules = sorted(m.name for m in pkgutil.iter_modules(importlib.import_module(package).__path__))
+    for m in modules:
+        importlib.import_module(f"{{package}}.{{m}}")
+    found[package] = {{"helpers": sorted(importlib.import_module(holder).HELPERS), "modules": modules}}
+print(json.dumps({{"found": found, "added": added}}))
+"""
+    out = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+
+    def registering(package: str) -> set[str]:
+        return {a[len(package) + 1:].split(".")[0] for a in out["added"] if a.startswith(package + ".")}
+
+    silent = {package: sorted(set(f["modules"]) - registering(package)) for package, f in out["found"].items()}
+    assert silent == {package: f["helpers"] for package, f in out["found"].items()}
+
+
+def test_each_built_in_stage_kinds_body_is_a_module_with_its_run():
+    """The stage-kind registry resolves a built-in kind's body by name (StageKind.run imports
+    ``martingale.stages.body.<kind>`` when a job runs it, so planning never does): each such module
+    exists with ``run(cfg, <its input roles>, out_dir)``, and every module of stages/body/ but the
+    helpers they share is a kind's body."""
+    from martingale.stages import kinds
+
+    body = ROOT / "stages" / "body"
+    named = {}
+    for kind in kinds().values():
+        if callable(kind.body):                      # a one-file kind: its run, where it is declared
+            continue
+        assert kind.body == f"martingale.stages.body.{kind.name}"
+        tree = ast.parse((body / f"{kind.name}.py").read_text())
+        run = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "run")
+        named[kind.name] = [a.arg for a in run.args.args]
+        assert named[kind.name] == ["cfg", *kind.inputs, "out_dir"], kind.name
+    assert {p.stem for p in body.glob("*.py")} - set(named) == {"__init__", "common"}
 
 
 def test_no_module_of_the_package_is_imported_inside_a_function():
