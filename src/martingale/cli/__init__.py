@@ -1,5 +1,5 @@
 """``martingale``: add, inspect, check and plan runs; regenerate the runs table; decide findings.
-One module a group of commands (runs, results, store, remote, questions), each registering on
+One module a group of commands (runs, results, store, stage, remote, questions), each registering on
 ``app`` (common.py, with what they share); this package only gathers them.
 
 Keeps torch/transformers out of its import path: only config, plan and table code is loaded.
@@ -16,6 +16,7 @@ __all__ = ["app"]
 from . import runs  # noqa: F401
 from . import results  # noqa: F401
 from . import store  # noqa: F401
+from . import stage  # noqa: F401
 from . import remote  # noqa: F401
 from . import questions  # noqa: F401
 # isort: on
