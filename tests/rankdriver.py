@@ -1,5 +1,5 @@
 """A train stage on the fixture's untrained tiny model, on one rank (in this process) or on N
-through the real launcher (training/ranks.launch: torchrun): what tests/test_ranks.py runs in a
+through the real launcher (training/launch.py: torchrun): what tests/test_ranks.py runs in a
 child process, so a rank it kills, or a launch that hangs, cannot take the test process with it.
 
     python tests/rankdriver.py MODEL_DIR OUT_DIR RANKS STRATEGY EPOCHS [BACKEND]
@@ -24,7 +24,7 @@ from martingale.config.schema import Config
 from martingale.core.errors import StageError
 from martingale.core.threads import use_threads
 from martingale.stages.body import train
-from martingale.training import ranks
+from martingale.training.launch import launch
 
 
 def tiny_cfg(epochs: int, backend: str = "hf") -> dict:
@@ -73,7 +73,7 @@ def main(model_dir: str, out_dir: str, n: str, strategy: str, epochs: str, backe
     cfg = copy.deepcopy(cfg)
     cfg["model"]["distributed"] = {"ranks": int(n), "strategy": strategy, "nodes": 1}
     try:
-        ranks.launch("train", cfg, {"start_model": Path(model_dir), "judge_model": Path(model_dir)},
+        launch("train", cfg, {"start_model": Path(model_dir), "judge_model": Path(model_dir)},
                      Path(out_dir), 1)
     except StageError as e:
         print(f"martingale: {e}", file=sys.stderr)

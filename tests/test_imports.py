@@ -1,12 +1,16 @@
 """The package's import graph has no cycle: statistics, world, stages and table import one way.
 
 Every ``import martingale.x`` / ``from .x import`` / ``from ..x import`` anywhere in a module counts
-(a function-level import is a hidden cycle all the same), except under ``if TYPE_CHECKING:``.
+(a function-level import is a hidden cycle all the same), except under ``if TYPE_CHECKING:``. A
+package's ``__init__`` is a module like any other: ``from . import x`` imports the package (its
+``__init__``) and ``x``, and a package that imports its submodules depends on them.
 """
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+import pytest
 
 import martingale
 
@@ -32,8 +36,8 @@ def _type_checking_nodes(tree: ast.AST) -> set[int]:
 
 
 def _imports(name: str, mods: dict[str, tuple[Path, bool]]) -> set[str]:
-    """The package's modules that ``name`` imports (its own ancestor packages excepted: they are
-    initialised before it, so importing from them is no cycle)."""
+    """The package's modules that ``name`` imports: the module (or package) each import names, and
+    each name it imports that is a submodule (``from . import fmt``: the package and its fmt)."""
     path, is_pkg = mods[name]
     tree = ast.parse(path.read_text())
     skip = _type_checking_nodes(tree)
@@ -48,56 +52,166 @@ def _imports(name: str, mods: dict[str, tuple[Path, bool]]) -> set[str]:
             found |= {target} | {f"{target}.{a.name}" for a in node.names}
         elif isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
-    ancestors = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
-    return {m for m in found if m in mods} - ancestors - {name}
+    return {m for m in found if m in mods} - {name}
 
 
-def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """One import cycle of the graph as a path that returns to its start, or None."""
-    state: dict[str, int] = {}        # 1 on the current path, 2 done
+def _graph() -> dict[str, set[str]]:
+    mods = _modules()
+    return {m: _imports(m, mods) for m in mods}
 
-    def visit(u: str, path: list[str]) -> list[str] | None:
-        state[u] = 1
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every import cycle of the graph: its strongly connected components of two or more modules,
+    each sorted (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(u: str) -> None:
+        index[u] = low[u] = len(index)
+        stack.append(u)
         for v in sorted(graph[u]):
-            if state.get(v) == 1:
-                return path[path.index(v):] + [u, v] if v in path else [u, v]
-            if not state.get(v) and (found := visit(v, path + [u])):
-                return found
-        state[u] = 2
-        return None
+            if v not in index:
+                visit(v)
+                low[u] = min(low[u], low[v])
+            elif v in stack:
+                low[u] = min(low[u], index[v])
+        if low[u] == index[u]:
+            component = []
+            while not component or component[-1] != u:
+                component.append(stack.pop())
+            if len(component) > 1:
+                found.append(sorted(component))
 
     for m in sorted(graph):
-        if not state.get(m) and (found := visit(m, [])):
-            return found
-    return None
+        if m not in index:
+            visit(m)
+    return sorted(found)
 
 
 def test_the_package_has_no_import_cycle():
-    mods = _modules()
-    graph = {m: _imports(m, mods) for m in mods}
+    graph = _graph()
     assert graph["martingale.metrics.martingale"] >= {"martingale.stats", "martingale.stats.deattenuation"}   # the walk sees edges
-    assert _cycle(graph) is None, " → ".join(_cycle(graph))
+    assert graph["martingale.store.tracking"] >= {"martingale.store"}           # from . import: the package
+    assert graph["martingale.cli"] >= {"martingale.cli.runs", "martingale.cli.common"}   # an __init__'s own imports
+    assert _cycles(graph) == []
 
 
-def test_the_cycle_finder_finds_a_cycle():
-    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
-    assert _cycle({"a": {"b"}, "b": set()}) is None
+@pytest.mark.parametrize("source, target", [
+    ("martingale.cli.runs", "martingale.cli"),                 # a command module taking app from its package
+    ("martingale.store.provenance", "martingale.store"),       # from . import manifest, the package importing files
+    ("martingale.table.findings_md", "martingale.table"),      # from . import fmt, the package importing findings
+])
+def test_a_cycle_through_a_package_init_is_caught(source, target):
+    """The cycles a package's ``__init__`` closes: the package imports a submodule that imports the
+    package back (``from . import x``)."""
+    graph = _graph()
+    graph[source] = graph[source] | {target}
+    assert any({source, target} <= set(cycle) for cycle in _cycles(graph))
+
+
+def test_the_cycle_finder_finds_every_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"e"}, "e": {"d", "a"}}) == [["a", "b", "c"], ["d", "e"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
 
-def test_planning_imports_no_scipy_pandas_or_torch(tmp_path):
-    """The Snakefile plans at parse time (every snakemake call, every cluster job): finding the stage
-    kinds, rewards, readers and backends reads their declarations only: numpy (the rewards' and the
-    world's arrays), never scipy, pandas, torch or transformers (a fresh process)."""
+# Each registry that finds its extensions by importing its package's modules: the package, the
+# module holding its HELPERS (the modules discovery skips) and its discovery function.
+REGISTRIES = {
+    "martingale.stages": ("martingale.stages", "kinds"),
+    "martingale.rewards": ("martingale.rewards", "rewards"),
+    "martingale.beliefs": ("martingale.beliefs.readers", "readers"),
+    "martingale.model": ("martingale.model.backend", "backends"),
+    "martingale.world": ("martingale.world.registry", "worlds"),
+    "martingale.metrics": ("martingale.metrics", "declared_metrics"),
+}
+DISCOVER = "; ".join(f"import {holder}; {holder}.{fn}()" for holder, fn in REGISTRIES.values())
+
+
+def test_planning_imports_no_torch_transformers_or_peft_nor_a_body(tmp_path):
+    """The Snakefile plans at parse time (every snakemake call, every cluster job): planning, and
+    every registry's discovery after it, read declarations only: numpy (the rewards' and the world's
+    arrays), never torch, transformers or peft, nor a stage kind's or a backend's body (a fresh
+    process). Planning alone imports no scipy or pandas either. A helper module left off its
+    registry's HELPERS is imported by discovery: one that brings torch fails here."""
+    import json
     import subprocess
     import sys
 
     from projcopy import make_project
     root = make_project(tmp_path / "project")
-    code = ("import sys; from martingale.plan import Plan; p = Plan.load('.'); p.stages_for(p.active_run_ids()); "
-            "print(sorted(m for m in ('scipy', 'pandas', 'torch', 'transformers') if m in sys.modules))")
+    code = ("import json, sys; from martingale.plan import Plan; p = Plan.load('.'); p.stages_for(p.active_run_ids()); "
+            "heavy = lambda: sorted(m for m in ('scipy', 'pandas', 'torch', 'transformers', 'peft') "
+            "if m in sys.modules); "
+            f"planned = heavy(); {DISCOVER}; "
+            "bodies = sorted(m for m in sys.modules if m.startswith('martingale.stages.body.') "
+            "or m in ('martingale.' + b for b in martingale.model.backend.BUILT_IN)); "
+            "print(json.dumps({'planned': planned, 'discovered': heavy(), 'bodies': bodies}))")
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    found = json.loads(out.stdout)
+    assert found["planned"] == []
+    assert set(found["discovered"]) & {"torch", "transformers", "peft"} == set()
+    assert found["bodies"] == []
+
+
+def test_each_registrys_helpers_are_the_modules_of_its_package_that_register_nothing():
+    """A registry's HELPERS (the modules its discovery does not import) are exactly the modules of
+    its package that register no extension: one left off the list is imported while planning, one
+    on it that registers is never found. Each registration is traced, in a fresh process, to the
+    module whose top level made it."""
+    import json
+    import subprocess
+    import sys
+
+    code = f"""
+import importlib, json, pkgutil, sys
+from martingale.core import registry
+added, real_add = [], registry.Registry.add
+def add(self, name, value):
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_name != "<module>":
+        frame = frame.f_back
+    added.append(frame.f_globals["__name__"])
+    return real_add(self, name, value)
+registry.Registry.add = add
+found = {{}}
+for package, (holder, fn) in {REGISTRIES!r}.items():
+    getattr(importlib.import_module(holder), fn)()
+    modules = sorted(m.name for m in pkgutil.iter_modules(importlib.import_module(package).__path__))
+    for m in modules:
+        importlib.import_module(f"{{package}}.{{m}}")
+    found[package] = {{"helpers": sorted(importlib.import_module(holder).HELPERS), "modules": modules}}
+print(json.dumps({{"found": found, "added": added}}))
+"""
+    out = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+
+    def registering(package: str) -> set[str]:
+        return {a[len(package) + 1:].split(".")[0] for a in out["added"] if a.startswith(package + ".")}
+
+    silent = {package: sorted(set(f["modules"]) - registering(package)) for package, f in out["found"].items()}
+    assert silent == {package: f["helpers"] for package, f in out["found"].items()}
+
+
+def test_each_built_in_stage_kinds_body_is_a_module_with_its_run():
+    """The stage-kind registry resolves a built-in kind's body by name (StageKind.run imports
+    ``martingale.stages.body.<kind>`` when a job runs it, so planning never does): each such module
+    exists with ``run(cfg, <its input roles>, out_dir)``, and every module of stages/body/ but the
+    helpers they share is a kind's body."""
+    from martingale.stages import kinds
+
+    body = ROOT / "stages" / "body"
+    named = {}
+    for kind in kinds().values():
+        if callable(kind.body):                      # a one-file kind: its run, where it is declared
+            continue
+        assert kind.body == f"martingale.stages.body.{kind.name}"
+        tree = ast.parse((body / f"{kind.name}.py").read_text())
+        run = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "run")
+        named[kind.name] = [a.arg for a in run.args.args]
+        assert named[kind.name] == ["cfg", *kind.inputs, "out_dir"], kind.name
+    assert {p.stem for p in body.glob("*.py")} - set(named) == {"__init__", "common"}
 
 
 def test_no_module_of_the_package_is_imported_inside_a_function():
@@ -118,11 +232,13 @@ def test_no_module_of_the_package_is_imported_inside_a_function():
 
 
 def test_the_cli_defers_scipy_and_matplotlib_until_a_command_needs_them():
-    """`martingale --help` does not pay for scipy.stats or matplotlib (~2 s): martingale.core.lazy."""
+    """`martingale --help` does not pay for scipy.stats or matplotlib (~2 s): martingale.core.lazy;
+    nor for torch, transformers or peft (~7 s), which only a stage's body imports (`martingale stage`
+    runs one)."""
     import subprocess
     import sys
     code = ("import sys; import martingale.cli; "
-            "print(sorted(m for m in ('scipy.stats', 'matplotlib.figure') "
+            "print(sorted(m for m in ('scipy.stats', 'matplotlib.figure', 'torch', 'transformers', 'peft') "
             "if m in sys.modules and type(sys.modules[m]).__name__ != '_LazyModule'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

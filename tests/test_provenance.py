@@ -158,7 +158,7 @@ def test_a_folder_loaded_twice_is_hashed_once(tmp_path, monkeypatch):
     (tmp_path / "m" / "model.safetensors").write_bytes(b"w")
     calls = []
     real = manifest.sha256_file
-    monkeypatch.setattr(manifest, "sha256_file", lambda p: (calls.append(p), real(p))[1])
+    monkeypatch.setattr(provenance, "sha256_file", lambda p: (calls.append(p), real(p))[1])
     monkeypatch.setattr(provenance, "_SHA_CACHE", {})
     with collecting(tmp_path / "a", tmp_path):
         provenance.record_weights(tmp_path / "m")

@@ -29,7 +29,7 @@ from rankdriver import build_untrained
 from typed import typed_section
 
 from martingale.core.errors import StageError
-from martingale.training import ranks, ranks_of
+from martingale.training import launch, ranks, ranks_of
 
 DRIVER = Path(__file__).with_name("rankdriver.py")
 LOSS_RTOL, KL_ATOL, WEIGHT_RTOL = 1e-4, 1e-5, 1e-3
@@ -146,7 +146,7 @@ def test_a_launch_that_starts_independent_copies_fails_in_one_line(model, tmp_pa
     assert plain.stderr.strip().splitlines()[-1] == (
         "train stage: started as a world of 1 where model.distributed.ranks is 2: launch it with torchrun "
         "(a launcher that starts independent copies, such as `accelerate launch --cpu`, trains 2 separate models)")
-    one = subprocess.run([*ranks.launcher(1, 1, {}), "-m", "martingale.jobs.rank", str(spec)],
+    one = subprocess.run([*launch.launcher(1, 1, {}), "-m", "martingale.jobs.rank", str(spec)],
                          capture_output=True, text=True, env=env, timeout=120)
     assert one.returncode != 0 and "started as a world of 1 where model.distributed.ranks is 2" in one.stderr
     assert not (tmp_path / "out").exists()
@@ -220,14 +220,14 @@ def test_every_rank_runs_as_many_loss_chunks_as_the_others(monkeypatch):
 
 
 def test_the_launcher_is_torchrun_standalone_on_one_node_and_srun_with_a_rendezvous_across_nodes():
-    one = ranks.launcher(4, 1, {})
+    one = launch.launcher(4, 1, {})
     assert one[1:3] == ["-m", "torch.distributed.run"] and "--nproc-per-node=4" in one and "--standalone" in one
-    many = ranks.launcher(8, 2, {"SLURM_JOB_ID": "77", "MARTINGALE_RDZV_HOST": "gpu-a"})
+    many = launch.launcher(8, 2, {"SLURM_JOB_ID": "77", "MARTINGALE_RDZV_HOST": "gpu-a"})
     assert many[:4] == ["srun", "--nodes=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
     assert {"--nproc-per-node=4", "--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=gpu-a:29500",
             "--rdzv-id=77"} <= set(many)
     with pytest.raises(Exception, match="inside a SLURM allocation"):
-        ranks.launcher(8, 2, {})
+        launch.launcher(8, 2, {})
 
 
 def test_a_config_without_distributed_is_one_rank():
@@ -236,15 +236,15 @@ def test_a_config_without_distributed_is_one_rank():
 
 def test_the_failure_line_prefers_a_ranks_own_error_to_a_peer_that_saw_it_vanish(tmp_path):
     (tmp_path / "rank-0.error").write_text("peer: rank 0 of 2: RuntimeError: Connection closed by peer\n")
-    assert ranks.failure("train", 2, tmp_path, "", 1) == "train stage: its 2 ranks failed (torchrun exit code 1)"
+    assert launch.failure("train", 2, tmp_path, "", 1) == "train stage: its 2 ranks failed (torchrun exit code 1)"
     (tmp_path / "rank-1.error").write_text("train stage (B reward): loss is nan at step 3\n")
-    assert ranks.failure("train", 2, tmp_path, "", 1) == "train stage (B reward): loss is nan at step 3"
+    assert launch.failure("train", 2, tmp_path, "", 1) == "train stage (B reward): loss is nan at step 3"
 
 
 def test_a_non_finite_setting_is_refused_in_one_line_before_any_rank_starts(tmp_path):
     cfg = {"model": {"distributed": {"ranks": 2}}, "stage": {"lr": 1e-3, "kl_beta": float("nan")}}
     with pytest.raises(StageError, match=r"^train stage config: stage\.kl_beta is nan, not a finite number$"):
-        ranks.launch("train", cfg, {}, tmp_path / "out" / "stage", 1)
+        launch.launch("train", cfg, {}, tmp_path / "out" / "stage", 1)
     assert not (tmp_path / "out").exists()          # nothing written, no scratch folder left
 
 
@@ -253,7 +253,7 @@ def test_a_non_finite_setting_in_a_typed_section_is_refused_as_in_a_dict(tmp_pat
     cfg = {"model": {"distributed": {"ranks": 2}},
            "stage": typed_section("stage", {"reward": "A", "lr": 1e-3, "kl_beta": float("inf")})}
     with pytest.raises(StageError, match=r"^train stage config: stage\.kl_beta is inf, not a finite number$"):
-        ranks.launch("train", cfg, {}, tmp_path / "out" / "stage", 1)
+        launch.launch("train", cfg, {}, tmp_path / "out" / "stage", 1)
     assert not (tmp_path / "out").exists()
 
 

@@ -28,6 +28,7 @@ NOT_RUN_HERE = {   # the first words of a command → why this test leaves it ou
     "pytest": "this suite",
     "martingale seeds": "needs a finding with results (tests/test_cli.py builds one)",
     "martingale decide": "builds stages (tests/test_decide.py decides at smoke scale)",
+    "martingale stage": "runs a stage's job (tests/test_stage_command.py, at smoke scale)",
     "MARTINGALE_SEED_OFFSET=5 make campaign": "a second campaign's build",
     "python scripts/compare_findings.py": "needs two builds' FINDINGS.md (tests/test_compare_findings.py)",
     "MARTINGALE_HELDOUT_DRAW=1 make campaign": "a redraw's build (tests/test_plan.py plans one)",

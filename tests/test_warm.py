@@ -1,6 +1,6 @@
-"""The warm worker (martingale.jobs.warm): a job handed to it runs in a forked child, in the job's cwd,
-environment and stdio, with the job's exit status; a killed job kills its child; no worker, the job
-runs in place; the worker follows the process that started it."""
+"""The warm worker (martingale.jobs.warm): a job script handed to it runs in a forked child, in the
+job's cwd, environment and stdio, with the job's exit status; a killed job kills its child; no
+worker, the script runs its job in place; the worker follows the process that started it."""
 import os
 import signal
 import subprocess
@@ -64,9 +64,22 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").exists() and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
 
 
-def _client(tmp_path: Path, target: str, out: Path, env: dict | None = None) -> subprocess.Popen:
-    """A job script's process: run_job on a plain dict standing in for the snakemake object."""
-    code = f"from martingale.jobs import warm; warm.run_job({{'out': {str(out)!r}, 'dir': {str(tmp_path)!r}}}, {target!r})"
+SCRIPT = textwrap.dedent('''
+    from martingale.jobs.warm import ran_in_worker
+
+    if not ran_in_worker(snakemake, __file__):
+        import warmjobs
+        warmjobs.{job}(snakemake)
+''')
+
+
+def _client(tmp_path: Path, job: str, out: Path, env: dict | None = None) -> subprocess.Popen:
+    """A job script's process, as Snakemake starts one: the script (workflow/scripts' shape, calling
+    warmjobs.<job>) run with a plain dict standing in for its snakemake object."""
+    script = tmp_path / f"job_{job}.py"
+    script.write_text(SCRIPT.format(job=job))
+    smk = {"out": str(out), "dir": str(tmp_path)}
+    code = f"import runpy; runpy.run_path({str(script)!r}, init_globals={{'snakemake': {smk!r}}})"
     return subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env={**os.environ, **(env or {})},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -75,7 +88,7 @@ def test_a_job_runs_in_a_child_of_the_worker_with_its_cwd_environment_and_stdout
     job_dir = tmp_path / "job"
     job_dir.mkdir()
     out = tmp_path / "ran.txt"
-    proc = _client(job_dir, "warmjobs:record", out, env={"JOB_VAR": "from-the-job"})
+    proc = _client(job_dir, "record", out, env={"JOB_VAR": "from-the-job"})
     stdout, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0
     pid, cwd, var = out.read_text().split()
@@ -85,9 +98,9 @@ def test_a_job_runs_in_a_child_of_the_worker_with_its_cwd_environment_and_stdout
 
 
 def test_a_job_exit_status_and_a_crash_become_the_scripts(worker, tmp_path):
-    failed = _client(tmp_path, "warmjobs:fail", tmp_path / "x")
+    failed = _client(tmp_path, "fail", tmp_path / "x")
     failed.communicate(timeout=60)
-    crashed = _client(tmp_path, "warmjobs:crash", tmp_path / "x")
+    crashed = _client(tmp_path, "crash", tmp_path / "x")
     _, stderr = crashed.communicate(timeout=60)
     assert failed.returncode == 3
     assert crashed.returncode == 1 and "RuntimeError: boom" in stderr
@@ -95,7 +108,7 @@ def test_a_job_exit_status_and_a_crash_become_the_scripts(worker, tmp_path):
 
 def test_a_killed_job_kills_its_child(worker, tmp_path):
     out = tmp_path / "child.pid"
-    proc = _client(tmp_path, "warmjobs:hang", out)
+    proc = _client(tmp_path, "hang", out)
     deadline = time.time() + 60
     while not (out.exists() and out.read_text()) and time.time() < deadline:
         time.sleep(0.1)
@@ -113,7 +126,7 @@ def test_without_a_worker_the_job_runs_in_the_scripts_own_process(tmp_path, monk
     (tmp_path / "warmjobs.py").write_text(JOBS)
     monkeypatch.delenv(warm.ENV, raising=False)
     out = tmp_path / "ran.txt"
-    proc = _client(tmp_path, "warmjobs:record", out, env={"PYTHONPATH": str(tmp_path)})
+    proc = _client(tmp_path, "record", out, env={"PYTHONPATH": str(tmp_path)})
     proc.communicate(timeout=60)
     assert proc.returncode == 0
     assert int(out.read_text().split()[0]) == proc.pid
@@ -122,7 +135,7 @@ def test_without_a_worker_the_job_runs_in_the_scripts_own_process(tmp_path, monk
 def test_a_worker_that_is_gone_leaves_the_job_to_its_own_process(tmp_path, monkeypatch):
     (tmp_path / "warmjobs.py").write_text(JOBS)
     out = tmp_path / "ran.txt"
-    proc = _client(tmp_path, "warmjobs:record", out,
+    proc = _client(tmp_path, "record", out,
                    env={warm.ENV: "martingale-warm-nobody-listens", "PYTHONPATH": str(tmp_path)})
     proc.communicate(timeout=60)
     assert proc.returncode == 0 and int(out.read_text().split()[0]) == proc.pid
@@ -131,7 +144,7 @@ def test_a_worker_that_is_gone_leaves_the_job_to_its_own_process(tmp_path, monke
 @pytest.mark.skipif(os.getuid() != 0, reason="needs root to connect as another user")
 def test_a_job_from_another_user_is_refused(worker, tmp_path):
     code = ("import os; from martingale.jobs import warm; os.setgid(65534); os.setuid(65534); "
-            "warm.run_job({'out': '/nonexistent'}, 'warmjobs:record')")
+            "warm.ran_in_worker({'out': '/nonexistent'}, '/nonexistent/job.py')")
     proc = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "without a status" in proc.stderr
 
@@ -171,7 +184,7 @@ def test_the_jobs_of_a_worker_that_preloads_wandb_log_through_its_one_wandb_serv
         tokens = []
         for i in range(2):
             out = tmp_path / f"token{i}.txt"
-            proc = _client(tmp_path, "warmjobs:wandb_run", out)
+            proc = _client(tmp_path, "wandb_run", out)
             proc.communicate(timeout=120)
             assert proc.returncode == 0
             tokens.append(out.read_text())

@@ -1,6 +1,10 @@
 """Regenerate the master runs table — runs.json, RUNS.md, runs.html — and FINDINGS.md (the log's
 findings in conf/findings.yaml with their verdicts) from the run files and the results
-(martingale.jobs.smk.table_job); in a warm child of the build's worker when one serves (martingale.jobs.warm)."""
-from martingale.jobs.warm import run_job
+(martingale.jobs.smk.table_job). Where the build's warm worker serves (martingale.jobs.warm), its
+child runs this script instead; this process only waits for it."""
+from martingale.jobs.warm import ran_in_worker
 
-run_job(snakemake, "martingale.jobs.smk:table_job")  # noqa: F821 (injected by Snakemake)
+if not ran_in_worker(snakemake, __file__):  # noqa: F821 (snakemake: injected by Snakemake)
+    from martingale.jobs.smk import table_job
+
+    table_job(snakemake)  # noqa: F821

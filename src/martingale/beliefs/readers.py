@@ -81,7 +81,8 @@ class Reader:
 
 
 READERS: Registry = Registry("reader")
-HELPERS = ("api_judge", "elicit", "forced", "parse", "prompts", "readers", "section")   # modules of beliefs/ that declare no reader
+# modules of beliefs/ that declare no reader (tests/test_imports.py checks)
+HELPERS = ("api_judge", "elicit", "forced", "parse", "prompts", "section")
 
 
 def reader(name: str, needs_judge: bool = False, section: Optional[Section] = None) -> Callable[[ReadFn], ReadFn]:

@@ -1,80 +1,22 @@
 """``martingale``: add, inspect, check and plan runs; regenerate the runs table; decide findings.
-One module a group of commands (runs, results, store, questions), each registering on ``app``.
+One module a group of commands (runs, results, store, stage, remote, questions), each registering on
+``app`` (common.py, with what they share); this package only gathers them.
 
 Keeps torch/transformers out of its import path: only config, plan and table code is loaded.
 Every error is one line on stderr and exit status 1.
 """
 from __future__ import annotations
 
-from pathlib import Path
+from .common import app
 
-import typer
-from rich.console import Console
-
-from ..config.runs import RunError, RunTree, run_id_problem
-
-app = typer.Typer(
-    name="martingale",
-    help="One-knob experiment runs: add, show, diff, check and plan them; regenerate runs.json.",
-    no_args_is_help=True,
-    add_completion=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-class _State:
-    root: Path = Path(".")
-
-
-STATE = _State()
-
-
-def fail(message: str) -> None:
-    """Print an error line and exit 1."""
-    err.print(f"error: {message}", markup=False, style="bold red")
-    raise typer.Exit(1)
-
-
-def _conf() -> Path:
-    return STATE.root / "conf"
-
-
-def _tree(compose: bool = True) -> RunTree:
-    try:
-        return RunTree.load(_conf(), compose=compose)
-    except RunError as e:
-        fail(str(e))
-        raise  # unreachable
-
-
-def _name(run_id: str) -> None:
-    """Refuse, in one line, a run-id that is not a name (a path, '..', too long ...): nothing is
-    read or written under a name the run-id rule (config.runs.run_id_problem) refuses."""
-    problem = run_id_problem(run_id)
-    if problem:
-        fail(f"{_conf().name}/runs: run-id: {problem}")
-
-
-def _need(tree: RunTree, run_id: str) -> None:
-    _name(run_id)
-    if run_id not in tree:
-        fail(f"unknown run {run_id!r} (no conf/runs/{run_id}.yaml)")
-
-
-@app.callback()
-def main(root: Path = typer.Option(Path("."), "--root", help="Project folder (holds conf/, results/).",
-                                   file_okay=False)) -> None:
-    """martingale: a declarative experiment tree of one-knob runs."""
-    STATE.root = root
-
+__all__ = ["app"]
 
 # Each module registers its commands on app, in the order `martingale --help` lists them.
 # isort: off
-from . import runs  # noqa: E402,F401
-from . import results  # noqa: E402,F401
-from . import store  # noqa: E402,F401
-from . import remote  # noqa: E402,F401
-from . import questions  # noqa: E402,F401
+from . import runs  # noqa: F401
+from . import results  # noqa: F401
+from . import store  # noqa: F401
+from . import stage  # noqa: F401
+from . import remote  # noqa: F401
+from . import questions  # noqa: F401
 # isort: on

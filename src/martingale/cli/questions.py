@@ -14,7 +14,7 @@ from ..world.forecastbench import ImportProblem, import_forecastbench
 from ..world.jsonl import exported_rows
 from ..world.questions import QuestionsError, load_questions, summary, write_questions
 from ..world.synthetic import SyntheticWorld
-from . import STATE, _need, _tree, app, err, fail, out
+from .common import STATE, _need, _tree, app, err, fail, out
 
 questions_app = typer.Typer(help="Resolved binary forecasting questions in a JSONL file (world=jsonl).",
                             no_args_is_help=True)

@@ -17,7 +17,7 @@ from ..remote.records import BLOBS, RUNS, STAGES, Record, run_key, stage_key
 from ..remote.settings import StoreError
 from ..remote.transfer import read_records
 from ..store.files import read_optional
-from . import STATE, _need, app, err, fail, out
+from .common import STATE, _need, app, err, fail, out
 
 store_app = typer.Typer(help="What the durable stage store holds (docs/store.md).", no_args_is_help=True)
 app.add_typer(store_app, name="store")

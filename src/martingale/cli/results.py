@@ -20,7 +20,7 @@ from ..stats.replicates import MIN_SEEDS
 from ..store.locks import live_snakemakes, locked, stale_lock
 from ..table import OUTPUTS, TableError, build_table, findings, fmt, write_table
 from ..table.to_decide import describe, finding_runs, open_findings, routes
-from . import STATE, _tree, app, fail, out
+from .common import STATE, _tree, app, fail, out
 
 
 @app.command("table")

@@ -12,7 +12,7 @@ from ..config.values import flatten
 from ..store.files import redact, write_text
 from ..table import TableError, findings, load_claims
 from ..table.looks import load_plan
-from . import STATE, _conf, _name, _need, _tree, app, fail, out
+from .common import STATE, _conf, _name, _need, _tree, app, fail, out
 
 
 @app.command()

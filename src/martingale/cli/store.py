@@ -11,7 +11,7 @@ from ..config.runs import RunError
 from ..plan import Plan, cost, current_index
 from ..store import stage_dir
 from ..store.manifest import problems, store_folders
-from . import STATE, _name, _need, app, fail, out
+from .common import STATE, _name, _need, app, fail, out
 
 
 @app.command()

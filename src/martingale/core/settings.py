@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
-from ..store.files import SECRET_WORDS, system_path_problem
-
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")   # model/family/gpu/wandb names
 MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,127}")     # a LoRA target module
 SEED_MAX = 2**32 - 1        # torch.manual_seed(seed * 100_003 + step) must stay within 64 bits
+# A variable whose name holds one of these (any case) holds a key: every writer redacts its value
+# (store/files.py), and a key a config names must be in such a variable (SecretVar).
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASS", "CREDENTIAL", "AUTH")
 
 
 def _num(x: Optional[float]) -> str:
@@ -131,6 +133,24 @@ class Names(Domain):
         return f"repeated name in {value}" if len(set(value)) != len(value) else None
 
 
+# Folders a model or question path may never be (the folder itself), and trees it may never be in.
+SYSTEM_DIRS = frozenset({"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64",
+                         "/media", "/mnt", "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys",
+                         "/tmp", "/usr", "/var"})
+SYSTEM_TREES = ("/proc", "/sys", "/dev", "/etc", "/boot", "/bin", "/sbin", "/run")
+
+
+def system_path_problem(path: str) -> Optional[str]:
+    """Why an absolute path is a system location no config may point at, or None (a relative
+    path is judged once resolved, by the stage that opens it)."""
+    if not path.startswith("/"):
+        return None
+    norm = "/" + os.path.normpath(path).lstrip("/")
+    if norm in SYSTEM_DIRS or any(norm.startswith(t + "/") for t in SYSTEM_TREES):
+        return f"{path!r} is a system folder, not a project's data"
+    return None
+
+
 @dataclass(frozen=True)
 class PathValue(Domain):
     """A file-system path (or null where ``optional``): one line, not blank, not a system folder.
@@ -161,7 +181,7 @@ class Url(Domain):
 
 @dataclass(frozen=True)
 class SecretVar(Domain):
-    """The name of an environment variable holding a key: one every writer redacts (files.SECRET_WORDS
+    """The name of an environment variable holding a key: one every writer redacts (SECRET_WORDS
     in its name), so its value can never reach a file."""
 
     def problem(self, value: Any) -> Optional[str]:

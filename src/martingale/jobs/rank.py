@@ -1,4 +1,4 @@
-"""One rank of a ranked training stage (training/ranks.launch starts them under torchrun): check the
+"""One rank of a ranked training stage (training/launch.py starts them under torchrun): check the
 world it was started in, join the group, run the stage kind's body, leave. A rank that fails
 writes its one line where the launch reads it (``rank-<r>.error``) and exits 1."""
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Glue for the thin scripts in workflow/scripts: logging into the rule's log file, and Paths.
+"""Glue for the thin scripts in workflow/scripts: logging into the rule's log file, and Paths; and
+the ``snakemake`` object a stage's rule gives its job, for `martingale stage` (stage_snakemake).
 
 A stage that fails leaves its traceback in its log (``logs/<kind>/<id>.log``), which is how the
 runs table tells a crashed run from a queued one.
@@ -19,15 +20,18 @@ from ..config.slices import stage_config
 from ..core.errors import StageError
 from ..core.threads import use_threads
 from ..model.section import model_section
+from ..plan import Plan
 from ..remote.hooks import after_run, after_stage
 from ..stages import kinds
 from ..stats.seeds import combined_values
+from ..store import stage_dir
 from ..store.files import open_log, read_json, redact, write_json
-from ..store.manifest import require
+from ..store.manifest import MANIFEST, require
 from ..store.provenance import collecting
 from ..store.tracking import flush, mirror_run, mirror_stage, stage_context
 from ..table import write_table
-from ..training import ranks, ranks_of
+from ..training import ranks_of
+from ..training.launch import launch
 from . import warm
 
 
@@ -55,11 +59,16 @@ def run_logged(snakemake: Any, body: Callable[[], Any]) -> Any:
         raise SystemExit(1) from None
 
 
-def failure_line(snakemake: Any, e: BaseException) -> str:
-    """``martingale: <rule> <wildcards> failed: <cause> (traceback in <log>)``: a StageError's
-    message is the cause as written; anything else is named by its type."""
+def failure_cause(e: BaseException) -> str:
+    """A failure in a few words: a StageError's message as written (its first line); anything else
+    named by its type."""
     text = str(e).strip().splitlines()
-    cause = (text[0] if text else "") if isinstance(e, StageError) else f"{type(e).__name__}: {text[0] if text else ''}"
+    return (text[0] if text else "") if isinstance(e, StageError) else f"{type(e).__name__}: {text[0] if text else ''}"
+
+
+def failure_line(snakemake: Any, e: BaseException) -> str:
+    """``martingale: <rule> <wildcards> failed: <cause> (traceback in <log>)`` (failure_cause)."""
+    cause = failure_cause(e)
     wildcards = getattr(snakemake, "wildcards", ())
     values = wildcards if isinstance(wildcards, (list, tuple)) else vars(wildcards).values()
     job = " ".join([str(getattr(snakemake, "rule", "job")), *(str(v) for v in values)])
@@ -134,7 +143,7 @@ def run_stage(snakemake: Any) -> None:
             # provenance.json (versions, vLLM server, weights' sha256) goes into out_dir
             with collecting(out_dir, Path.cwd()):
                 if kind.ranked and ranks_of(model)[0] > 1:
-                    ranks.launch(kind.name, cfg, inputs, out_dir, threads)
+                    launch(kind.name, cfg, inputs, out_dir, threads)
                 else:
                     kind.run(stage_config(kind, cfg), out_dir=out_dir, **inputs)
             # In the store before the job reports done (a store is set: martingale.remote)
@@ -145,6 +154,21 @@ def run_stage(snakemake: Any) -> None:
         # already put in place (killed while mirroring to wandb) would stay behind without one.
         shutil.rmtree(out_dir, ignore_errors=True)
         raise
+
+
+def stage_snakemake(plan: Plan, sid: str, threads: int) -> Any:
+    """The ``snakemake`` object stage ``sid``'s rule gives its job (workflow/rules/stages.smk), in
+    Snakemake's own classes: its upstream manifests by role in, its MANIFEST.json out, its config
+    slice as ``params.cfg``, its log, ``threads`` and its resources (those not None)."""
+    # imported here: only `martingale stage` builds one (a job unpickles its own)
+    from snakemake.iocontainers import InputFiles, Log, OutputFiles, Params, ResourceList, Snakemake, Wildcards
+
+    stage = plan.stages[sid]
+    inputs = {role: f"{stage_dir(uid)}/{MANIFEST}" for role, uid in stage.inputs.items()}
+    resources = {k: v for k, v in stage.resources.items() if k != "threads" and v is not None}
+    return Snakemake(InputFiles(fromdict=inputs), OutputFiles([f"{stage_dir(sid)}/{MANIFEST}"]),
+                     Params(fromdict={"cfg": stage.cfg}), Wildcards(fromdict={"sid": sid}), threads,
+                     ResourceList(fromdict=resources), Log([f"logs/{stage.kind}/{sid}.log"]), {}, stage.kind, None)
 
 
 def track_stage(snakemake: Any) -> None:
@@ -174,8 +198,8 @@ def aggregate_fn() -> Callable[..., Any]:
     return write_run_results
 
 
-# The jobs of the three scripts in workflow/scripts, each ``fn(snakemake)``: a script hands its job
-# to martingale.jobs.warm.run_job, which runs it in a warm child of the build's worker or in place.
+# The jobs of the three scripts in workflow/scripts, each ``fn(snakemake)``: a script calls its job
+# in place, or in a warm child of the build's worker that runs the script (martingale.jobs.warm).
 def stage_job(snakemake: Any) -> None:
     """workflow/scripts/stage.py: the stage kind named by the rule (run_stage), logged."""
     run_logged(snakemake, lambda: run_stage(snakemake))

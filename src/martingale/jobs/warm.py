@@ -6,11 +6,12 @@ Snakemake's ``onstart`` starts it for a local build (``start``; never for a clus
 run or ``--config warm=0``) and ``onsuccess``/``onerror`` stop it; it also exits when the Snakemake
 process that started it is gone. ``martingale decide``, whose waves are Snakemake calls of one or
 two jobs (too few to start one), keeps one for all of them: its Snakemakes' jobs inherit its name.
-Each job script calls ``run_job(snakemake, target)``: it hands its ``snakemake`` object, cwd,
-environment and stdio to the worker over a Unix socket (Linux's abstract namespace: no file; a peer
-of another user is refused) and waits; the child runs ``target`` exactly as the script would have,
-and its exit status becomes the script's. No worker (none started, one still importing, or one
-that died): the job runs in the script's own process. A job killed (its script gets SIGTERM, or
+Each job script first calls ``ran_in_worker(snakemake, __file__)``: it hands its ``snakemake``
+object, its own path, cwd, environment and stdio to the worker over a Unix socket (Linux's abstract
+namespace: no file; a peer of another user is refused) and waits; the child runs the same script
+with the same ``snakemake``, where ``ran_in_worker`` is False, so the script calls its job function
+as in its own process, and the child's exit status becomes the script's. No worker (none started,
+one still importing, or one that died): False, and the job runs in the script's own process. A job killed (its script gets SIGTERM, or
 dies) kills its child: the child sees the connection close and raises the stage's SIGTERM path,
 which removes its partial output. Only third-party libraries are preloaded: the project's own
 modules are imported fresh in each child, so a job runs the code on disk when it starts.
@@ -21,6 +22,7 @@ import gc
 import importlib
 import os
 import pickle
+import runpy
 import signal
 import socket
 import struct
@@ -47,20 +49,15 @@ def in_child() -> bool:
     return _IN_CHILD
 
 
-def call(target: str, smk: Any) -> Any:
-    """Run ``target`` ("module:function") on the job's snakemake object in this process."""
-    module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name)(smk)
-
-
 # --------------------------------------------------------------------------- the job's side
-def run_job(smk: Any, target: str) -> None:
-    """Run ``target`` for this job in a warm child of the build's worker, or here when none serves."""
-    conn = _connect(os.environ.get(ENV))
+def ran_in_worker(smk: Any, script: str) -> bool:
+    """Whether a warm child of the build's worker ran this job script (``script``, with ``smk`` as
+    its ``snakemake``): True once it did and succeeded (its failure exits this process with its
+    status); False where none serves or this process is that child: the script runs its job here."""
+    conn = None if _IN_CHILD else _connect(os.environ.get(ENV))
     if conn is None:
-        call(target, smk)
-        return
-    payload = pickle.dumps((target, smk, os.getcwd(), dict(os.environ)), protocol=pickle.HIGHEST_PROTOCOL)
+        return False
+    payload = pickle.dumps((script, smk, os.getcwd(), dict(os.environ)), protocol=pickle.HIGHEST_PROTOCOL)
     with conn:
         try:
             socket.send_fds(conn, [_HEADER.pack(len(payload))], [0, 1, 2])   # the child writes where we would
@@ -74,6 +71,7 @@ def run_job(smk: Any, target: str) -> None:
     code = _STATUS.unpack(status)[0]
     if code:
         sys.exit(code)
+    return True
 
 
 def _connect(name: Optional[str]) -> Optional[socket.socket]:
@@ -192,7 +190,7 @@ def _child(conn: socket.socket, wandb_service: Optional[str] = None) -> None:
         for fd, target_fd in zip(fds, (0, 1, 2)):
             os.dup2(fd, target_fd)
             os.close(fd)
-        target, smk, cwd, env = pickle.loads(payload)
+        script, smk, cwd, env = pickle.loads(payload)
         os.chdir(cwd)
         os.environ.clear()
         os.environ.update(env)
@@ -201,7 +199,7 @@ def _child(conn: socket.socket, wandb_service: Optional[str] = None) -> None:
         done = threading.Event()
         threading.Thread(target=_watch, args=(conn, done), daemon=True).start()
         try:
-            call(target, smk)
+            runpy.run_path(script, init_globals={"snakemake": smk}, run_name="__main__")
             code = 0
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)

@@ -79,7 +79,8 @@ class BackendKind:
 
 BACKENDS: Registry = Registry("backend")
 BUILT_IN = ("hf", "api", "vllm")                  # their modules are bodies: imported by backend_class
-HELPERS = ("api_client", "backend", "generate", "lean", "load", "tokenizer", "section", "serving", "vllm_server", *BUILT_IN)
+# the modules of this package that declare no backend (tests/test_imports.py checks)
+HELPERS = ("api_client", "generate", "lean", "load", "tokenizer", "section", "serving", "vllm_server", *BUILT_IN)
 
 
 def declare_backend(name: str, body: str | type, section: Section | None = None) -> BackendKind:

@@ -25,7 +25,9 @@ from ..core.registry import Registry
 from ..core.settings import Section
 
 PLACES = ("source", "start", "step", "measure")
-HELPERS = ("body", "section")   # section.py: the step and eval sections; the bodies' package: imported only by a job (StageKind.run)
+# modules that declare no kind: section.py (the step and eval sections) and body/ (the bodies, imported
+# only by a job); tests/test_imports.py checks the list
+HELPERS = ("body", "section")
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,8 @@ class StageKind:
     ranked: bool = False                            # takes its steps on model.distributed.ranks processes (training/ranks.py)
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
-        """The body: ``run(cfg, <roles>=folder, out_dir=folder)`` of its module, imported now."""
+        """The body: ``run(cfg, <roles>=folder, out_dir=folder)`` of its module, imported now (that
+        each built-in kind's module is there with that ``run`` is tests/test_imports.py's check)."""
         body = self.body if callable(self.body) else importlib.import_module(self.body).run
         return body(*args, **kwargs)
 

@@ -14,10 +14,11 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator
 
 import yaml
 
+from ..core.settings import SECRET_WORDS
 from .manifest import write as write_manifest
 from .provenance import FILE as PROVENANCE
 from .provenance import for_folder as provenance_of
@@ -56,7 +57,6 @@ _FILE_MODE = 0o666 & ~_umask()   # what open() would give a new file (mkstemp gi
 # "[redacted:<VARNAME>]". A variable looks like a key when its name contains one of SECRET_WORDS
 # (any case) and its value has at least SECRET_MIN_LEN characters. The set is compiled once per
 # environment: each write rescans only the variable names (cached) to notice a change.
-SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASS", "CREDENTIAL", "AUTH")
 SECRET_MIN_LEN = 8
 _SECRET_NAME = re.compile("|".join(SECRET_WORDS), re.IGNORECASE)
 
@@ -320,21 +320,3 @@ def atomic_dir(path: Path | str) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-
-
-# Folders a model or question path may never be (the folder itself), and trees it may never be in.
-SYSTEM_DIRS = frozenset({"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64",
-                         "/media", "/mnt", "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys",
-                         "/tmp", "/usr", "/var"})
-SYSTEM_TREES = ("/proc", "/sys", "/dev", "/etc", "/boot", "/bin", "/sbin", "/run")
-
-
-def system_path_problem(path: str) -> Optional[str]:
-    """Why an absolute path is a system location no config may point at, or None (a relative
-    path is judged once resolved, by the stage that opens it)."""
-    if not path.startswith("/"):
-        return None
-    norm = "/" + os.path.normpath(path).lstrip("/")
-    if norm in SYSTEM_DIRS or any(norm.startswith(t + "/") for t in SYSTEM_TREES):
-        return f"{path!r} is a system folder, not a project's data"
-    return None

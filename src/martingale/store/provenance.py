@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from . import manifest
+from .manifest import sha256_file
 
 FILE = "provenance.json"
 PACKAGES = ("accelerate", "peft", "torch", "transformers", "trl")
@@ -104,7 +104,7 @@ def weight_sha256(path: Path) -> str:
     key = (real, st.st_size, st.st_mtime_ns)
     sha = _SHA_CACHE.get(key)
     if sha is None:
-        sha = _SHA_CACHE[key] = manifest.sha256_file(Path(real))
+        sha = _SHA_CACHE[key] = sha256_file(Path(real))
     return sha
 
 

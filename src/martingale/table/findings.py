@@ -21,10 +21,11 @@ from ..stats.sequential import Boundary, futility
 from ..stats.verdicts import FDR, INCONCLUSIVE, NO_RESULT, NOT_REPRODUCED, PROVISIONAL, REPRODUCED, judge, judge_count
 from ..store.files import read_optional
 from ..world import worlds
-from . import fmt, looks
 from .finding_reads import Result, _final, _measure, _number, _samples, _valid_cov, trained_kinds
 from .finding_spec import COUNTS, EFFECTS, FINDINGS, Finding, load
 from .findings_md import HEADER, _digits, components_text, questions_text, render_findings, tally
+from .fmt import num
+from .looks import current_look, load_plan
 from .rows import TableError
 
 
@@ -154,14 +155,14 @@ def evaluate(root: Path | str, rows: list[dict]) -> tuple[Optional[list[Finding]
         own = read(run)
         return by_id[run], own, read(own.get("parent")) if isinstance(own, dict) and f.metric in EFFECTS else None
 
-    plan = looks.load_plan(root)
+    plan = load_plan(root)
     tree = RunTree.load(root / "conf") if plan.looks > 1 and findings else None
     results = {}
     for f in findings or ():
         if tree is None:
             results[f.id] = result(f, *reading(f.run, f), boundary=plan.bound())
             continue
-        look = looks.current_look(tree, f.run, plan, lambda r: r in by_id and by_id[r]["state"] == "done")
+        look = current_look(tree, f.run, plan, lambda r: r in by_id and by_id[r]["state"] == "done")
         reads = [reading(r, f) for r in look.runs]
         redraws = not worlds()[tree.resolved_config(f.run)["world"]["name"]].one_split
         results[f.id] = result(f, *reads[0], more=tuple(reads[1:]), boundary=plan.bound(), look=look,
@@ -178,7 +179,7 @@ def evaluate(root: Path | str, rows: list[dict]) -> tuple[Optional[list[Finding]
         if not values:
             return None
         d, signed = _digits(f)
-        return fmt.num(statistics.fmean(values), d, signed) + (f" (mean of {len(values)} seeds)" if len(values) > 1 else "")
+        return num(statistics.fmean(values), d, signed) + (f" (mean of {len(values)} seeds)" if len(values) > 1 else "")
     return findings, results, lookup
 
 

@@ -9,9 +9,10 @@ from typing import Optional
 
 from ..stats.replicates import Combined
 from ..stats.verdicts import INCONCLUSIVE, NO_RESULT, NOT_REPRODUCED, PROVISIONAL, REPRODUCED
-from . import fmt
 from .finding_reads import Result
 from .finding_spec import COUNTS, FINDINGS, Finding, fill_why
+from .fmt import cell, num, pval
+from .fmt import ci as ci_text
 
 HEADER = """# Findings
 
@@ -89,15 +90,15 @@ def _value(f: Finding, r: Result) -> str:
     if f.metric in COUNTS:
         return f"{r.samples[0][1]} seeds" if r.samples else "–"
     if r.combined is not None:
-        return fmt.num(r.combined.estimate, d, signed) + fmt.ci(r.combined.ci, d, signed)
+        return num(r.combined.estimate, d, signed) + ci_text(r.combined.ci, d, signed)
     if len(r.samples) == 1:
         _, value, ci = r.samples[0]
-        return fmt.num(value, d, signed) + fmt.ci(ci, d, signed)
+        return num(value, d, signed) + ci_text(ci, d, signed)
     values = [v for _, v, _ in r.samples if v is not None]
     if not values:
         return "–"
     sd = statistics.stdev(values) if len(values) > 1 else None
-    return fmt.num({"mean": statistics.fmean(values), "sd": sd}, d, signed) + f" ({len(values)} seeds)"
+    return num({"mean": statistics.fmean(values), "sd": sd}, d, signed) + f" ({len(values)} seeds)"
 
 
 def _verdict(r: Result) -> str:
@@ -119,7 +120,7 @@ def _needed(r: Result) -> str:
 def components_text(c: Combined, digits: int) -> str:
     """The crossed interval's parts as standard deviations of one seed's estimate: the seeds'
     (training), the questions' the seeds share and each seed's own, and on how many questions."""
-    sd = lambda v: fmt.num(math.sqrt(max(v, 0.0)), digits)   # noqa: E731
+    sd = lambda v: num(math.sqrt(max(v, 0.0)), digits)   # noqa: E731
     on = f" ({c.n_questions} questions)" if c.n_questions is not None else " (bounded from the seeds' CIs)"
     return f"sd: seeds {sd(c.var_seed)}, questions shared {sd(c.var_shared)}, own {sd(c.var_residual)}{on}"
 
@@ -145,14 +146,14 @@ def _section(f: Finding, r: Result, lookup) -> list[str]:
              f"- Result: {_value(f, r)} → **{r.verdict}**" + (f" ({r.detail})" if r.detail else "")]
     if r.combined is not None:
         c = r.combined
-        stats_line = f"  - p {fmt.pval(r.p)}, q {fmt.pval(r.q)}"
+        stats_line = f"  - p {pval(r.p)}, q {pval(r.q)}"
         if c.crossed:
             stats_line += "; " + components_text(c, d)
         lines.append(stats_line + f"; seeds to decide: {_needed(r)}"
                      + (f"; held-out questions to decide: {questions_text(r)}" if c.crossed else ""))
     if len(r.samples) > 1:
         for seed, value, ci in r.samples:
-            lines.append(f"  - seed {seed}: {fmt.num(value, d, signed)}{fmt.ci(ci, d, signed)}")
+            lines.append(f"  - seed {seed}: {num(value, d, signed)}{ci_text(ci, d, signed)}")
     if f.why:
         lines.append(f"- Why: {fill_why(f.why, lookup)}")
     return lines + [""]
@@ -185,9 +186,9 @@ def render_findings(findings: Optional[list[Finding]], results: dict[str, Result
                   "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for f in findings:
             r = results[f.id]
-            cells = (f.id, f.claim, f.run, _stage(f, r), f.metric, _expect(f), _value(f, r), fmt.pval(r.p),
-                     fmt.pval(r.q), r.look.label() if r.look is not None else "–", _needed(r), _verdict(r))
-            parts.append("| " + " | ".join(fmt.cell(c) for c in cells) + " |")
+            cells = (f.id, f.claim, f.run, _stage(f, r), f.metric, _expect(f), _value(f, r), pval(r.p),
+                     pval(r.q), r.look.label() if r.look is not None else "–", _needed(r), _verdict(r))
+            parts.append("| " + " | ".join(cell(c) for c in cells) + " |")
         parts.append("")
         for claim in sorted({f.claim for f in findings}):
             parts += [f"## {claim}" + (f" — {claims[claim]}" if claims.get(claim) else ""), ""]

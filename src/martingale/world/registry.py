@@ -9,7 +9,8 @@ from typing import Any, Callable
 from ..core.registry import Registry
 
 WORLDS: Registry = Registry("world")
-HELPERS = ("questions", "traces", "forecastbench", "registry", "section")   # modules of this package that declare no world
+# modules that declare no world (tests/test_imports.py checks)
+HELPERS = ("questions", "traces", "forecastbench", "registry", "section")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Optional
 
 from ...core.errors import StageError
-from ...store.files import atomic_dir, system_path_problem
+from ...core.settings import system_path_problem
+from ...store.files import atomic_dir
 from ..weights import WeightsSlice
 
 
