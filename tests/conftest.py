@@ -38,7 +38,7 @@ def pytest_configure(config):
 # `--no-loadscope-reorder`, xdist hands a worker the next module in this order, so the long ones
 # start first and the two workers end together on the short ones.
 LONGEST_FIRST = ("test_slurm_cluster.py", "test_chat_episodes.py", "test_ranks.py", "test_vllm_end_to_end.py",
-                 "test_decide.py", "test_smollm2_ranks.py", "test_end_to_end.py", "test_smollm2_train.py",
+                 "test_decide.py", "test_smollm2_ranks.py", "test_end_to_end.py", "test_remote_build.py", "test_smollm2_train.py",
                  "test_smollm2_vllm.py", "test_vllm.py", "test_simulate.py", "test_crossed.py", "test_cost.py",
                  "test_extension_build.py")
 
