@@ -129,8 +129,10 @@ def test_pulled_results_regenerate_the_table_alone(two_machines, server, tmp_pat
     assert (c / "results/filter-s2only/eval.json").read_bytes() == (a / "results/filter-s2only/eval.json").read_bytes()
 
 
-def test_two_machines_building_one_chain_at_once_leave_one_lineage(server, tmp_path, smoke_pretrain):
+def test_two_machines_building_one_chain_at_once_leave_one_lineage(server, tmp_path, smoke_pretrain, monkeypatch):
     env = env_for(server, "race")
+    for k, v in server.env.items():
+        monkeypatch.setenv(k, v)
     roots = [make_project(tmp_path / name, config=SMOKE) for name in ("c", "d")]
     for root in roots:
         copy_pretrain(smoke_pretrain, root)
