@@ -22,6 +22,9 @@ from martingale.stats.crossed import (
     weighted_slope,
 )
 from martingale.stats.replicates import combine
+from martingale.stats.sequential import Boundary
+from martingale.table.finding_reads import Result
+from martingale.table.findings import _pooled
 
 N_QUESTIONS, UNPARSED, THETA, SIMULATIONS = 1000, 0.05, 0.1, 1000
 RESAMPLES = 200      # per simulated campaign (the build uses eval.n_bootstrap, 1000); 1,000 campaigns a cell
@@ -185,3 +188,30 @@ def test_a_skewed_resampled_mean_widens_the_questions_part_beyond_its_variance()
     lo, hi = np.quantile(draws.mean(axis=1), [0.025, 0.975])
     assert held.ci[0] <= lo and hi <= held.ci[1]
     assert held.ci[1] - held.ci[0] > plain.ci[1] - plain.ci[0]
+
+
+def _skewed_draw(seed: int) -> tuple[np.ndarray, dict]:
+    """Three seeds' jointly resampled means on one held-out draw of 200 questions, wholly shared and
+    skewed, and the eval.json block the aggregate writes of them (cov, n_questions, mean_tails)."""
+    skewed = np.exp(np.random.default_rng(seed).normal(0, 0.8, 4000))
+    draws = np.stack([(skewed - skewed.mean()) * 0.01] * 3, axis=1)
+    return draws, {"cov": np.cov(draws, rowvar=False).tolist(), "n_questions": 200, "mean_tails": mean_tails(draws)}
+
+
+def test_a_look_pooling_two_draws_is_never_narrower_than_the_percentile_interval_of_their_pooled_mean():
+    """A redraw look pools two held-out draws: its interval holds the percentile interval of the
+    seeds' mean over both (each draw's questions resampled on their own), as one draw's does."""
+    level = Boundary(3).level()
+    parts, means, covs = [], [], []
+    for seed in (3, 4):
+        draws, block = _skewed_draw(seed)
+        means.append(draws.mean(axis=1))
+        covs.append(np.array(block["cov"]))
+        parts.append(Result("inconclusive", samples=tuple((41 + i, 0.0, (-0.02, 0.02)) for i in range(3)),
+                            question_cov=block))
+    held, _ = _pooled(parts, level)
+    pooled = 0.5 * means[0] + 0.5 * np.random.default_rng(5).permutation(means[1])
+    lo, hi = np.quantile(pooled, [(1 - level) / 2, (1 + level) / 2])
+    plain = interval([0.0] * 3, 0.25 * (covs[0] + covs[1]), 400, level)
+    assert hi > plain.ci[1]                          # the pooled mean's long tail is longer than a normal's …
+    assert held.ci[0] <= lo and hi <= held.ci[1]     # … and the look's interval holds it

@@ -117,6 +117,21 @@ def percentile_se(tails: Optional[Sequence[Sequence[float]]], mu: float, level: 
     return max(hi - mu, mu - lo, 0.0) / _quantile(1 - p, None)
 
 
+def pooled_tails(means: Sequence[float], tails: Sequence[Sequence[Sequence[float]]],
+                 weights: Sequence[float]) -> list[list[float]]:
+    """The tails (``mean_tails``) of Σ w_d θ̂_d over independent held-out draws d, each with its seeds'
+    mean θ̂_d and its tails: at each p, each side's distance from θ̂_d combined in quadrature,
+    Σ w_d θ̂_d ∓ √(Σ w_d² δ_d²) (exact for normal draws; a skewed draw's long side stays long)."""
+    mu = sum(w * m for w, m in zip(weights, means))
+    rows = [{float(r[0]): (float(r[1]), float(r[2])) for r in t} for t in tails]
+    out = []
+    for p in sorted(set.intersection(*(set(r) for r in rows))):
+        lo = math.sqrt(sum((w * max(m - r[p][0], 0.0)) ** 2 for w, m, r in zip(weights, means, rows)))
+        hi = math.sqrt(sum((w * max(r[p][1] - m, 0.0)) ** 2 for w, m, r in zip(weights, means, rows)))
+        out.append([p, mu - lo, mu + hi])
+    return out
+
+
 def shared_bound(ses: Sequence[float]) -> np.ndarray:
     """The question covariance of seeds whose errors are wholly shared, C_ij = se_i·se_j: the
     largest their own question CIs allow (Cauchy–Schwarz)."""
@@ -236,6 +251,6 @@ def questions_to_decide(c: Combined, target: float) -> Optional[int]:
 
 
 __all__ = ["QUESTION_STREAM", "TAILS", "components", "joint_draws", "mean_tails", "percentile_se", "half_width", "interval", "joint_cov",
-           "questions_to_decide",
+           "pooled_tails", "questions_to_decide",
            "resample_weights", "seeds_to_decide", "shared_bound", "weighted_mean", "weighted_moments",
            "weighted_slope"]

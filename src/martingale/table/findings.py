@@ -52,7 +52,8 @@ def _tails(tails: Any) -> Optional[list]:
 def _pooled(parts: list[Result], level: float) -> tuple[Combined, tuple]:
     """The seeds over every held-out draw of a look: each seed's estimate and each draw's question
     covariance weighted by its questions (draws are disjoint question sets: their errors are
-    independent), θ_i = Σ w_d θ_id, C = Σ w_d² C_d; one draw is itself."""
+    independent), θ_i = Σ w_d θ_id, C = Σ w_d² C_d, and the tails of the seeds' mean pooled alike
+    (crossed.pooled_tails: the interval's percentile floor); one draw is itself."""
     values = [[v for _, v, _ in p.samples] for p in parts]
     ses = [[se_from_ci(ci) for _, _, ci in p.samples] for p in parts]
     if len(parts) == 1:
@@ -71,7 +72,9 @@ def _pooled(parts: list[Result], level: float) -> tuple[Combined, tuple]:
                     for i, ((seed, _, _), t) in enumerate(zip(parts[0].samples, theta)))
     if len(theta) == 1:
         return combine(theta, [math.sqrt(cov[0][0])], level), samples
-    return crossed.interval(theta, cov, total, level), samples
+    tails = [_tails((p.question_cov or {}).get("mean_tails")) for p in parts]
+    pooled = crossed.pooled_tails([statistics.fmean(v) for v in values], tails, w) if total and all(tails) else None
+    return crossed.interval(theta, cov, total, level, pooled), samples
 
 
 def result(f: Finding, row: dict, evals: Any, parent_evals: Any = None, more: tuple = (),
