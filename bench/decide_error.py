@@ -154,7 +154,7 @@ def procedure(data: Data, theta: float, expect: str, route: str, redraw_share: f
         look = Look(k, draws, tuple(f"sim-d{d}" for d in range(draws)), index, PLAN.looks, k0)
         reads = [({"run_id": run, "state": "done"}, data.evals(d, k, theta), None) for d, run in enumerate(look.runs)]
         r = findings.result(f, *reads[0], more=tuple(reads[1:]), boundary=PLAN.bound(), look=look,
-                            max_seeds=PLAN.max_seeds, max_scale=PLAN.draws)
+                            max_seeds=PLAN.max_seeds, max_draws=PLAN.draws)
         findings.decide([f], {f.id: r})
         out.verdicts.append(r.verdict)
         out.looks.append((k, draws))

@@ -12,7 +12,9 @@ import pytest
 
 from martingale.stats.crossed import interval
 from martingale.stats.sequential import Boundary, futility, pocock_constant
-from martingale.table.findings import REPRODUCED, judge
+from martingale.table import findings
+from martingale.table.findings import INCONCLUSIVE, REPRODUCED, Finding, judge
+from martingale.table.looks import DecidePlan, Look
 
 SEEDS = (3, 5, 8)                 # conf/decide.yaml's schedule: the campaign's look, then two more
 N_QUESTIONS, FINDINGS = 1000, 2000
@@ -89,3 +91,26 @@ def test_under_an_effect_the_procedure_decides_more_often_than_the_fixed_three_s
     fixed, _ = rate(theta, "> 0", Boundary(1), looks=(3,), wanted=(REPRODUCED,))
     assert planned > fixed, (planned, fixed)
     assert seeds < SEEDS[-1]             # it stops early: less than the 8 seeds a fixed design at its maximum takes
+
+
+def _evals(value: float, shared_sd: float, n: int = 1000) -> dict:
+    """eval.json of three trained seeds that all read ``value``, their question noise wholly shared."""
+    return {"stage_order": ["s0"], "provenance": {"s0": {str(s): {"model_stage": "train-0"} for s in (41, 42, 43)}},
+            "stages": {"s0": {"seeds": [41, 42, 43], "brier": {"per_seed": [value] * 3},
+                              "brier_ci": {"per_seed": [[value - 0.05, value + 0.05]] * 3},
+                              "crossed": {"brier": {"cov": [[shared_sd ** 2] * 3] * 3, "n_questions": n}}}}}
+
+
+def test_futility_counts_only_the_questions_a_look_can_still_add():
+    """The same estimate and question noise, read on one draw (a redraw can still halve the noise:
+    not futile) and on both of the plan's draws pooled (only seeds left, which cannot narrow the
+    noise the seeds share: futile)."""
+    plan = DecidePlan(looks=3, seeds=(3, 5, 8), draws=2)
+    f, row = Finding("x", "C0", "l", "s", "sim", "s0", "brier", "> 0"), {"run_id": "sim", "state": "done"}
+    kw = {"boundary": plan.bound(), "max_seeds": plan.max_seeds, "max_draws": plan.draws}
+    alone = findings.result(f, row, _evals(0.014, 0.01 / math.sqrt(2), 2000), look=Look(3, 1, ("sim",), 1, 3, 3), **kw)
+    pooled = findings.result(f, row, _evals(0.014, 0.01), more=((row, _evals(0.014, 0.01), None),),
+                             look=Look(3, 2, ("sim", "sim--d1"), 2, 3, 3), **kw)
+    assert alone.combined.ci == pytest.approx(pooled.combined.ci, rel=1e-6)
+    assert alone.verdict == pooled.verdict == INCONCLUSIVE
+    assert alone.stopped is None and pooled.stopped.startswith("stopped for futility"), pooled.stopped
