@@ -9,25 +9,26 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from martingale.records.crossed import RESAMPLES_PER_BOOTSTRAP, _block, _rng
 from martingale.stats.crossed import (
     half_width,
     interval,
     joint_cov,
+    joint_draws,
     mean_tails,
     questions_to_decide,
     resample_weights,
     seeds_to_decide,
     shared_bound,
     weighted_mean,
-    weighted_slope,
 )
 from martingale.stats.replicates import combine
 from martingale.stats.sequential import Boundary
 from martingale.table.finding_reads import Result
-from martingale.table.findings import _pooled
+from martingale.table.findings import _pooled, combined
 
-N_QUESTIONS, UNPARSED, THETA, SIMULATIONS = 1000, 0.05, 0.1, 1000
-RESAMPLES = 200      # per simulated campaign (the build uses eval.n_bootstrap, 1000); 1,000 campaigns a cell
+N_QUESTIONS, UNPARSED, THETA, SIMULATIONS = 1000, 0.05, 0.1, 1000     # 1,000 campaigns a cell
+N_BOOTSTRAP = 1000   # eval.n_bootstrap's default: the aggregate resamples 4 × as many
 # Each cell: the standard deviations of one seed's estimate that its three sources give: the
 # training (seed), the questions every seed shares, each seed's own question noise (residual; one
 # per seed where they differ).
@@ -59,36 +60,59 @@ def campaign(rng, metric: str, k: int, seed_sd: float, shared_sd: float, residua
 
 
 def statistic(metric: str, cols: tuple[np.ndarray, ...]):
+    """The B × k statistic of every seed under weights w (B × n), all seeds in one product: a mean's
+    (weighted_mean) or an OLS slope's (weighted_moments: Σw, Σwx, Σwy, Σwx², Σwxy)."""
     if metric == "mean":
         (v,) = cols
-        return lambda w: np.stack([weighted_mean(w, row) for row in v], axis=1)
+        k, has = len(v), np.isfinite(v).T
+        both = np.hstack([np.where(has, v.T, 0.0), has.astype(float)])
+        return lambda w: (lambda s: s[:, :k] / s[:, k:])(w @ both)
     x, y = cols
-    return lambda w: np.stack([weighted_slope(w, x[i], y[i]) for i in range(len(x))], axis=1)
+    k, has = len(x), (np.isfinite(x) & np.isfinite(y)).T
+    x0, y0 = np.where(has, x.T, 0.0), np.where(has, y.T, 0.0)
+    sums = np.hstack([has.astype(float), x0, y0, x0 * x0, x0 * y0])
+
+    def slope(w):
+        sw, sx, sy, sxx, sxy = np.split(w @ sums, 5, axis=1)
+        mx, my = sx / sw, sy / sw
+        return (sxy / sw - mx * my) / (sxx / sw - mx * mx)
+    return slope
 
 
 def coverage(metric: str, k: int, cell: str) -> tuple[float, float]:
-    """(crossed, today's random-effects combine): the share of simulated campaigns whose 95% CI
-    covers θ. Today's reads each seed's own question bootstrap se, as eval.json's per-seed CIs do."""
+    """(crossed, random effects): the share of simulated campaigns whose 95% CI covers θ. The crossed
+    CI is the build's: eval.json's block from the aggregate's joint resamples (4 × n_bootstrap, the
+    rng of seeds 41 … 41 + k − 1, the same for every run on those seeds), the table's interval on it
+    with its percentile floor. Random effects read each seed's own question bootstrap se."""
     rng = np.random.default_rng([k, len(cell), len(metric)])
+    weights = resample_weights(N_QUESTIONS, RESAMPLES_PER_BOOTSTRAP * N_BOOTSTRAP, _rng(list(range(41, 41 + k))))
     crossed_hits = combine_hits = 0
     for _ in range(SIMULATIONS):
         stat = statistic(metric, campaign(rng, metric, k, *CELLS[cell]))
-        estimates = stat(np.ones((1, N_QUESTIONS)))[0]
-        cov = joint_cov(stat, resample_weights(N_QUESTIONS, RESAMPLES, rng))
-        c = interval(estimates, cov, N_QUESTIONS)
-        old = combine(list(estimates), list(np.sqrt(np.diag(cov))))
+        estimates = list(stat(np.ones((1, N_QUESTIONS)))[0])
+        block = _block(joint_draws(stat, weights), N_QUESTIONS)
+        ses = list(np.sqrt(np.diag(block["cov"])))
+        c, old = combined(estimates, ses, block), combine(estimates, ses)
         crossed_hits += c.ci[0] <= THETA <= c.ci[1]
         combine_hits += old.ci[0] <= THETA <= old.ci[1]
     return crossed_hits / SIMULATIONS, combine_hits / SIMULATIONS
+
+
+ONE_DOMINATES = ("questions dominate", "seeds dominate")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("cell", list(CELLS))
 @pytest.mark.parametrize("k", [3, 5])
 @pytest.mark.parametrize("metric", ["mean", "slope"])
-def test_the_crossed_ci_covers_the_true_effect_in_93_to_97_percent_of_campaigns(metric, k, cell):
+def test_the_crossed_ci_covers_the_true_effect_in_at_least_93_percent_and_where_one_noise_dominates_at_most_97(
+        metric, k, cell):
+    """At least its level within two SE of 1,000 campaigns in every cell. Where one noise dominates,
+    Banerjee's interval is the t interval of that noise, not conservative; where the seeds' part
+    and the questions' are comparable it is conservative by construction (its price for never
+    running liberal, whatever their ratio)."""
     covered, _ = coverage(metric, k, cell)
-    assert 0.93 <= covered <= 0.97, covered
+    assert 0.93 <= covered <= (0.97 if cell in ONE_DOMINATES else 1.0), covered
 
 
 @pytest.mark.slow
