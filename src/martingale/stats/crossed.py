@@ -27,6 +27,7 @@ share): never narrower than the truth, wider where the seeds' errors are partly 
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Callable, Optional, Sequence
 
 import numpy as np
@@ -175,13 +176,20 @@ def _widest(spread: float, var_shared: float, var_residual: float, k: int, n_que
     normal's, a slope on 200 questions): σ²_residual is the bootstrap's, known where s² is not."""
     q_df = None if n_questions is None else n_questions - 1
     z = (1 + level) / 2
+    t_q = _t(z, q_df)
     se_q = max(math.sqrt(max(var_shared + var_residual / k, 0.0)), questions_se)
-    questions = (_quantile(z, q_df) * se_q, se_q, q_df)
+    questions = (t_q * se_q, se_q, q_df)
     if k < 2:
         return questions
     seeds_part, shared = max(spread, 0.0) / k, max(var_shared, 0.0)
-    both = math.sqrt(_quantile(z, k - 1) ** 2 * seeds_part + _quantile(z, q_df) ** 2 * shared)
+    both = math.sqrt(_t(z, k - 1) ** 2 * seeds_part + t_q ** 2 * shared)
     return max(questions, (both, math.sqrt(seeds_part + shared), q_df), key=lambda h: h[0])
+
+
+@lru_cache(maxsize=4096)
+def _t(q: float, df: Optional[float]) -> float:
+    """``_quantile``, remembered: the projections ask for the same few (level, df) thousands of times."""
+    return _quantile(q, df)
 
 
 def _df_at(ratio: float, level: float, lo: float, hi: Optional[float]) -> Optional[float]:
