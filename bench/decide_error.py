@@ -21,7 +21,7 @@ The plan is conf/decide.yaml's. Futility off: a finding futility stops looks on 
 so its decisions with futility on are a subset). Prints, per profile × route, with futility on and
 off: under no effect (θ = 0, "> 0") the share decided either way, at a null's margin (θ = m,
 "= 0") the share reproduced, the share of θ = ``--theta`` reproduced (power), each ± its SE, and
-the mean seeds a finding took under no effect and under the effect (futility on).
+the mean seeds a finding took under no effect and under the effect; then the same over the profiles.
 Usage: python bench/decide_error.py [--findings 2000] [--theta 0.04] [--redraw-share 0.2]
 """
 from __future__ import annotations
@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -42,8 +43,9 @@ sys.path.insert(0, str(REPO / "src"))
 from martingale import decide  # noqa: E402
 from martingale.records.crossed import RESAMPLES_PER_BOOTSTRAP, _block, _rng  # noqa: E402
 from martingale.stats.crossed import joint_draws, resample_weights  # noqa: E402
+from martingale.stats.sequential import Boundary  # noqa: E402
 from martingale.table import findings  # noqa: E402
-from martingale.table.looks import Look, load_plan  # noqa: E402
+from martingale.table.looks import DecidePlan, Look, load_plan  # noqa: E402
 
 PLAN = load_plan(REPO)
 SEEDS = 41                    # the campaign's first seed (conf/config.yaml): the resamples' rng reads the seeds
@@ -132,60 +134,62 @@ def finding(expect: str) -> findings.Finding:
                             margin=MARGIN if expect == "= 0" else None)
 
 
-def next_look(route: str, r: findings.Result, f: findings.Finding, look: Look, redraw_share: float) -> tuple[int, int]:
+def next_look(route: str, r: findings.Result, f: findings.Finding, look: Look, plan: DecidePlan,
+              redraw_share: float) -> tuple[int, int]:
     """The (seeds, draws) the route takes the finding to."""
     if route == "decide":
-        _, k, draws, _, _ = decide.cheaper_look(r.combined, decide._target(f, r), look, PLAN, 1.0, redraw_share * look.first,
-                                                look.first)
+        _, k, draws, _, _ = decide.cheaper_look(r.combined, decide._target(f, r), look, plan, 1.0,
+                                                redraw_share * look.first, look.first)
         return k, draws
-    if route == "draws" and look.draws < PLAN.draws:
+    if route == "draws" and look.draws < plan.draws:
         return look.k, look.draws + 1
-    k = PLAN.next_seeds(look.k)
+    k = plan.next_seeds(look.k)
     return (k, look.draws) if k is not None else (look.k, look.draws + 1)
 
 
-def procedure(data: Data, theta: float, expect: str, route: str, redraw_share: float = 0.2) -> Outcome:
-    """One finding through decide's looks, futility noted but not obeyed (Outcome.final applies it)."""
+def procedure(data: Data, theta: float, expect: str, route: str, redraw_share: float = 0.2,
+              plan: DecidePlan = PLAN, boundary: Optional[Boundary] = None) -> Outcome:
+    """One finding through the plan's looks, each at ``boundary``'s level (the plan's; Boundary(1):
+    re-tested at 5% every look), futility noted but not obeyed (Outcome.final applies it)."""
     f = finding(expect)
-    k0 = min(PLAN.seeds)
+    k0 = min(plan.seeds)
     k, draws, out = k0, 1, Outcome([], [])
     while True:
-        index = 1 + sum(k0 < s <= k for s in PLAN.seeds) + draws - 1
-        look = Look(k, draws, tuple(f"sim-d{d}" for d in range(draws)), index, PLAN.looks, k0)
+        index = 1 + sum(k0 < s <= k for s in plan.seeds) + draws - 1
+        look = Look(k, draws, tuple(f"sim-d{d}" for d in range(draws)), index, plan.looks, k0)
         reads = [({"run_id": run, "state": "done"}, data.evals(d, k, theta), None) for d, run in enumerate(look.runs)]
-        r = findings.result(f, *reads[0], more=tuple(reads[1:]), boundary=PLAN.bound(), look=look,
-                            max_seeds=PLAN.max_seeds, max_draws=PLAN.draws)
+        r = findings.result(f, *reads[0], more=tuple(reads[1:]), boundary=boundary or plan.bound(), look=look,
+                            max_seeds=plan.max_seeds, max_draws=plan.draws)
         findings.decide([f], {f.id: r})
         out.verdicts.append(r.verdict)
         out.looks.append((k, draws))
-        if (r.stopped or "").startswith(FUTILE) and out.futile_at is None:
-            out.futile_at = len(out.verdicts) - 1
         if r.stopped and r.stopped.startswith(FUTILE):
+            out.futile_at = len(out.verdicts) - 1 if out.futile_at is None else out.futile_at
             r.stopped = None                      # futility off: the look is taken all the same
-        if not decide.open_findings([f], {f.id: r}, PLAN, False):
+        if not decide.open_findings([f], {f.id: r}, plan, False):
             return out
-        k, draws = next_look(route, r, f, look, redraw_share)
+        k, draws = next_look(route, r, f, look, plan, redraw_share)
 
 
 DECIDED = (findings.REPRODUCED, findings.NOT_REPRODUCED)
-# (name, θ as a multiple of the margin or the power's θ, expectation, the verdicts counted)
+# (name, θ (None: the power's), the finding's expectation, the verdicts counted)
 SCENARIOS = (("no effect", 0.0, "> 0", DECIDED), ("at the margin", MARGIN, "= 0", (findings.REPRODUCED,)),
              ("power", None, "> 0", (findings.REPRODUCED,)))
 
 
 def simulate(profile, n_findings: int, seed: int, theta: float = 0.04, redraw_share: float = 0.2,
-             n_bootstrap: int = N_BOOTSTRAP, routes=ROUTES, scenarios=SCENARIOS) -> dict:
+             routes=ROUTES, scenarios=SCENARIOS, plan: DecidePlan = PLAN, boundary: Optional[Boundary] = None) -> dict:
     """{(scenario, route, futility on?): (share of findings with a verdict it counts, mean seeds)}:
     ``n_findings`` findings of ``profile``, each taken by every route in every scenario (the power's
-    at ``theta``)."""
+    at ``theta``) through ``plan`` (``procedure``)."""
     rng = np.random.default_rng(seed)
     keys = [(sc[0], r, on) for sc in scenarios for r in routes for on in (True, False)]
     hits, seeds = dict.fromkeys(keys, 0), dict.fromkeys(keys, 0)
     for _ in range(n_findings):
-        data = draw(rng, profile, n_bootstrap=n_bootstrap)
+        data = draw(rng, profile)
         for name, at, expect, wanted in scenarios:
             for route in routes:
-                out = procedure(data, theta if at is None else at, expect, route, redraw_share)
+                out = procedure(data, theta if at is None else at, expect, route, redraw_share, plan, boundary)
                 for on in (True, False):
                     verdict, k = out.final(on)
                     hits[name, route, on] += verdict in wanted
