@@ -9,22 +9,26 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from martingale.records.crossed import RESAMPLES_PER_BOOTSTRAP, _block, _rng
 from martingale.stats.crossed import (
     half_width,
     interval,
     joint_cov,
+    joint_draws,
     mean_tails,
     questions_to_decide,
     resample_weights,
     seeds_to_decide,
     shared_bound,
     weighted_mean,
-    weighted_slope,
 )
 from martingale.stats.replicates import combine
+from martingale.stats.sequential import Boundary
+from martingale.table.finding_reads import Result
+from martingale.table.findings import _pooled, combined
 
-N_QUESTIONS, UNPARSED, THETA, SIMULATIONS = 1000, 0.05, 0.1, 1000
-RESAMPLES = 200      # per simulated campaign (the build uses eval.n_bootstrap, 1000); 1,000 campaigns a cell
+N_QUESTIONS, UNPARSED, THETA, SIMULATIONS = 1000, 0.05, 0.1, 1000     # 1,000 campaigns a cell
+N_BOOTSTRAP = 1000   # eval.n_bootstrap's default: the aggregate resamples 4 × as many
 # Each cell: the standard deviations of one seed's estimate that its three sources give: the
 # training (seed), the questions every seed shares, each seed's own question noise (residual; one
 # per seed where they differ).
@@ -56,36 +60,59 @@ def campaign(rng, metric: str, k: int, seed_sd: float, shared_sd: float, residua
 
 
 def statistic(metric: str, cols: tuple[np.ndarray, ...]):
+    """The B × k statistic of every seed under weights w (B × n), all seeds in one product: a mean's
+    (weighted_mean) or an OLS slope's (weighted_moments: Σw, Σwx, Σwy, Σwx², Σwxy)."""
     if metric == "mean":
         (v,) = cols
-        return lambda w: np.stack([weighted_mean(w, row) for row in v], axis=1)
+        k, has = len(v), np.isfinite(v).T
+        both = np.hstack([np.where(has, v.T, 0.0), has.astype(float)])
+        return lambda w: (lambda s: s[:, :k] / s[:, k:])(w @ both)
     x, y = cols
-    return lambda w: np.stack([weighted_slope(w, x[i], y[i]) for i in range(len(x))], axis=1)
+    k, has = len(x), (np.isfinite(x) & np.isfinite(y)).T
+    x0, y0 = np.where(has, x.T, 0.0), np.where(has, y.T, 0.0)
+    sums = np.hstack([has.astype(float), x0, y0, x0 * x0, x0 * y0])
+
+    def slope(w):
+        sw, sx, sy, sxx, sxy = np.split(w @ sums, 5, axis=1)
+        mx, my = sx / sw, sy / sw
+        return (sxy / sw - mx * my) / (sxx / sw - mx * mx)
+    return slope
 
 
 def coverage(metric: str, k: int, cell: str) -> tuple[float, float]:
-    """(crossed, today's random-effects combine): the share of simulated campaigns whose 95% CI
-    covers θ. Today's reads each seed's own question bootstrap se, as eval.json's per-seed CIs do."""
+    """(crossed, random effects): the share of simulated campaigns whose 95% CI covers θ. The crossed
+    CI is the build's: eval.json's block from the aggregate's joint resamples (4 × n_bootstrap, the
+    rng of seeds 41 … 41 + k − 1, the same for every run on those seeds), the table's interval on it
+    with its percentile floor. Random effects read each seed's own question bootstrap se."""
     rng = np.random.default_rng([k, len(cell), len(metric)])
+    weights = resample_weights(N_QUESTIONS, RESAMPLES_PER_BOOTSTRAP * N_BOOTSTRAP, _rng(list(range(41, 41 + k))))
     crossed_hits = combine_hits = 0
     for _ in range(SIMULATIONS):
         stat = statistic(metric, campaign(rng, metric, k, *CELLS[cell]))
-        estimates = stat(np.ones((1, N_QUESTIONS)))[0]
-        cov = joint_cov(stat, resample_weights(N_QUESTIONS, RESAMPLES, rng))
-        c = interval(estimates, cov, N_QUESTIONS)
-        old = combine(list(estimates), list(np.sqrt(np.diag(cov))))
+        estimates = list(stat(np.ones((1, N_QUESTIONS)))[0])
+        block = _block(joint_draws(stat, weights), N_QUESTIONS)
+        ses = list(np.sqrt(np.diag(block["cov"])))
+        c, old = combined(estimates, ses, block), combine(estimates, ses)
         crossed_hits += c.ci[0] <= THETA <= c.ci[1]
         combine_hits += old.ci[0] <= THETA <= old.ci[1]
     return crossed_hits / SIMULATIONS, combine_hits / SIMULATIONS
+
+
+ONE_DOMINATES = ("questions dominate", "seeds dominate")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("cell", list(CELLS))
 @pytest.mark.parametrize("k", [3, 5])
 @pytest.mark.parametrize("metric", ["mean", "slope"])
-def test_the_crossed_ci_covers_the_true_effect_in_93_to_97_percent_of_campaigns(metric, k, cell):
+def test_the_crossed_ci_covers_the_true_effect_in_at_least_93_percent_and_where_one_noise_dominates_at_most_97(
+        metric, k, cell):
+    """At least its level within two SE of 1,000 campaigns in every cell. Where one noise dominates,
+    Banerjee's interval is the t interval of that noise, not conservative; where the seeds' part
+    and the questions' are comparable it is conservative by construction (its price for never
+    running liberal, whatever their ratio)."""
     covered, _ = coverage(metric, k, cell)
-    assert 0.93 <= covered <= 0.97, covered
+    assert 0.93 <= covered <= (0.97 if cell in ONE_DOMINATES else 1.0), covered
 
 
 @pytest.mark.slow
@@ -110,6 +137,37 @@ def test_seeds_that_disagree_beyond_their_questions_widen_it_on_k_minus_1_degree
     c = interval([0.0, 0.1, 0.2], cov, 1000)
     assert c.var_seed > 0 and c.df == pytest.approx(2, rel=0.05)
     assert c.ci[0] < 0 < c.ci[1]
+
+
+@pytest.mark.parametrize("k", [3, 5])
+@pytest.mark.parametrize("seed_share", [0.3, 0.7, 1.0])
+def test_with_the_seeds_spread_estimated_on_k_minus_1_df_the_interval_holds_its_level(k, seed_share):
+    """The seeds' part s²/k is a scaled χ² on k − 1 df, the questions' known: where the seeds' part
+    is ``seed_share`` of Var(θ̂), 4,000 campaigns decide θ = 0 falsely in at most 5% (two SE), where
+    a Welch–Satterthwaite df from the estimated parts, or the questions alone where s² happens to
+    fall under σ²_residual, does not (7.5% at k = 3 with no shared noise)."""
+    rng = np.random.default_rng([k, int(10 * seed_share)])
+    var = 1e-4
+    shared, residual = (1 - seed_share) * var, 0.3 * seed_share * var * k      # per seed's own question noise
+    seed = seed_share * var * k - residual
+    cov = np.full((k, k), shared) + np.eye(k) * residual
+    wrong = 0
+    for _ in range(4000):
+        y = rng.normal(0, np.sqrt(seed + residual), k) + rng.normal(0, np.sqrt(shared))
+        lo, hi = interval(y, cov, 1000).ci
+        wrong += not lo <= 0 <= hi
+    assert wrong / 4000 <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / 4000), wrong / 4000
+
+
+def test_its_p_and_its_interval_agree_at_its_level():
+    """p < 1 − level exactly where the interval excludes 0 (its df: the t whose quantile at the
+    level is half-width / se)."""
+    cov = np.full((3, 3), 0.01 ** 2) + np.eye(3) * 0.005 ** 2
+    offsets = np.array([-0.02, 0.0, 0.02])
+    h = interval(offsets, cov, 1000).ci[1]
+    for mu, excluded in ((h * 0.999, False), (h * 1.001, True)):
+        c = interval(offsets + mu, cov, 1000)
+        assert (c.ci[0] > 0) == excluded and (c.p_zero() < 0.05) == excluded, (c, c.p_zero())
 
 
 def test_without_records_the_seeds_own_cis_bound_the_shared_noise_as_wholly_shared():
@@ -154,3 +212,30 @@ def test_a_skewed_resampled_mean_widens_the_questions_part_beyond_its_variance()
     lo, hi = np.quantile(draws.mean(axis=1), [0.025, 0.975])
     assert held.ci[0] <= lo and hi <= held.ci[1]
     assert held.ci[1] - held.ci[0] > plain.ci[1] - plain.ci[0]
+
+
+def _skewed_draw(seed: int) -> tuple[np.ndarray, dict]:
+    """Three seeds' jointly resampled means on one held-out draw of 200 questions, wholly shared and
+    skewed, and the eval.json block the aggregate writes of them (cov, n_questions, mean_tails)."""
+    skewed = np.exp(np.random.default_rng(seed).normal(0, 0.8, 4000))
+    draws = np.stack([(skewed - skewed.mean()) * 0.01] * 3, axis=1)
+    return draws, {"cov": np.cov(draws, rowvar=False).tolist(), "n_questions": 200, "mean_tails": mean_tails(draws)}
+
+
+def test_a_look_pooling_two_draws_is_never_narrower_than_the_percentile_interval_of_their_pooled_mean():
+    """A redraw look pools two held-out draws: its interval holds the percentile interval of the
+    seeds' mean over both (each draw's questions resampled on their own), as one draw's does."""
+    level = Boundary(3).level()
+    parts, means, covs = [], [], []
+    for seed in (3, 4):
+        draws, block = _skewed_draw(seed)
+        means.append(draws.mean(axis=1))
+        covs.append(np.array(block["cov"]))
+        parts.append(Result("inconclusive", samples=tuple((41 + i, 0.0, (-0.02, 0.02)) for i in range(3)),
+                            question_cov=block))
+    held, _ = _pooled(parts, level)
+    pooled = 0.5 * means[0] + 0.5 * np.random.default_rng(5).permutation(means[1])
+    lo, hi = np.quantile(pooled, [(1 - level) / 2, (1 + level) / 2])
+    plain = interval([0.0] * 3, 0.25 * (covs[0] + covs[1]), 400, level)
+    assert hi > plain.ci[1]                          # the pooled mean's long tail is longer than a normal's …
+    assert held.ci[0] <= lo and hi <= held.ci[1]     # … and the look's interval holds it

@@ -126,8 +126,10 @@ def test_a_decide_stopped_mid_build_leaves_no_lock_and_the_next_one_builds_on(de
     from martingale.store import locks
 
     root, _, _ = decided
-    (root / "conf" / "decide.yaml").write_text(PLAN.replace("looks: 3", "looks: 4").replace("[1, 3, 5]", "[1, 3, 5, 8]"),
-                                               encoding="utf-8")    # a fourth look: something left to build
+    # a fourth look and draws the third did not pool: something left to build (at draws: 2 the third
+    # look pools every draw, and futility stops base-flat: more seeds cannot narrow what its seeds share)
+    plan = PLAN.replace("looks: 3", "looks: 4").replace("[1, 3, 5]", "[1, 3, 5, 8]").replace("draws: 2", "draws: 4")
+    (root / "conf" / "decide.yaml").write_text(plan, encoding="utf-8")
     cli = str(Path(sys.executable).with_name("martingale"))
     proc = subprocess.Popen([cli, "decide", "--budget", "0.5"], cwd=root, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env={**os.environ, "WANDB_MODE": "disabled"})

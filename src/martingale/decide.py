@@ -106,7 +106,24 @@ def next_step(root: Path, tree: RunTree, cplan: Plan, plan: DecidePlan, f: findi
     if pending is not None:
         k, draws = pending
         return Step(f, "resume", k, draws, (), tuple(look_name(f.run, k, d, k0) for d in range(draws)), 0.0, 0.0)
-    c, target = r.combined, _target(f, r)
+    chosen = cheaper_look(r.combined, _target(f, r), look, plan, seed_cost, draw_cost, k0)
+    if chosen is None:
+        return None
+    route, k, draws, estimate, to_decide = chosen
+    files: dict[str, LookRun] = {}
+    for d in range(draws):
+        for run_file in look_runs(tree, f.run, k, d, paired):
+            files.setdefault(run_file.run_id, run_file)
+    return Step(f, route, k, draws, tuple(files.values()),
+                tuple(look_name(f.run, k, d, k0) for d in range(draws)), estimate, to_decide)
+
+
+def cheaper_look(c, target: float, look: Look, plan: DecidePlan, seed_cost: float,
+                 draw_cost: Optional[float], k0: int) -> Optional[tuple[str, int, int, float, float]]:
+    """(route, k, draws, its CPU-hours, CPU-hours to decide by that route) of the look after ``look``
+    that decides the finding (estimate ``c``, decided under half-width ``target``) for fewer
+    CPU-hours: the next of the plan's seeds (``seed_cost`` a seed and draw), or one more held-out
+    draw (``draw_cost`` at the campaign's k0 seeds; None: no redraw); None: neither is left."""
     options = []
     k_next = plan.next_seeds(look.k)
     if k_next is not None:
@@ -120,15 +137,7 @@ def next_step(root: Path, tree: RunTree, cplan: Plan, plan: DecidePlan, f: findi
         per_draw = draw_cost * look.k / max(k0, 1)
         options.append(("questions", look.k, look.draws + 1, per_draw,
                         max(1.0, need / n - look.draws) * per_draw if need else float("inf")))
-    if not options:
-        return None
-    route, k, draws, estimate, to_decide = min(options, key=lambda o: (o[4], o[3]))
-    files: dict[str, LookRun] = {}
-    for d in range(draws):
-        for run_file in look_runs(tree, f.run, k, d, paired):
-            files.setdefault(run_file.run_id, run_file)
-    return Step(f, route, k, draws, tuple(files.values()),
-                tuple(look_name(f.run, k, d, k0) for d in range(draws)), estimate, to_decide)
+    return min(options, key=lambda o: (o[4], o[3])) if options else None
 
 
 def pending_look(tree: RunTree, run: str, look: Look, plan: DecidePlan, k0: int) -> Optional[tuple[int, int]]:

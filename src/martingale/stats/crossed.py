@@ -15,8 +15,10 @@ the two-way crossed random-effects variance of a grand mean (Searle, Casella & M
 "Variance Components", §4; Cameron, Gelbach & Miller 2011, "Robust inference with multiway
 clustering"). The seeds' sample variance s² estimates σ²_seed + σ²_residual, so σ̂²_seed =
 max(0, s² − σ̂²_residual) and Var = s²/k + σ̂²_shared, never below the question noise of θ̂ itself
-(1ᵀC1 / k²). The interval is θ̂ ± t_df √Var, df by Welch–Satterthwaite: s²/k on k − 1 degrees of
-freedom, the questions' part on n − 1.
+(1ᵀC1 / k²). The interval is Banerjee's for a sum of two variance parts each on its own df, s²/k on
+k − 1 and σ²_shared on n − 1: θ̂ ± √(t²_{k−1} s²/k + t²_{n−1} σ²_shared), never below its level
+whatever their ratio (Banerjee 1960), where a Welch–Satterthwaite df from the estimated parts is
+not.
 
 Where a metric has no per-question records (``shared_bound``), C is bounded by the seeds' own
 question CIs as if their errors were wholly shared (correlation 1, the most the questions can
@@ -25,11 +27,15 @@ share): never narrower than the truth, wider where the seeds' errors are partly 
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from ..core.lazy import module
 from .replicates import Combined, _quantile
+
+optimize = module("scipy.optimize")   # imported on first use (martingale.core.lazy)
 
 QUESTION_STREAM = 17   # the rng stream of the joint resampling: default_rng([QUESTION_STREAM, *seeds])
 
@@ -112,6 +118,21 @@ def percentile_se(tails: Optional[Sequence[Sequence[float]]], mu: float, level: 
     return max(hi - mu, mu - lo, 0.0) / _quantile(1 - p, None)
 
 
+def pooled_tails(means: Sequence[float], tails: Sequence[Sequence[Sequence[float]]],
+                 weights: Sequence[float]) -> list[list[float]]:
+    """The tails (``mean_tails``) of Σ w_d θ̂_d over independent held-out draws d, each with its seeds'
+    mean θ̂_d and its tails: at each p, each side's distance from θ̂_d combined in quadrature,
+    Σ w_d θ̂_d ∓ √(Σ w_d² δ_d²) (exact for normal draws; a skewed draw's long side stays long)."""
+    mu = sum(w * m for w, m in zip(weights, means))
+    rows = [{float(r[0]): (float(r[1]), float(r[2])) for r in t} for t in tails]
+    out = []
+    for p in sorted(set.intersection(*(set(r) for r in rows))):
+        lo = math.sqrt(sum((w * max(m - r[p][0], 0.0)) ** 2 for w, m, r in zip(weights, means, rows)))
+        hi = math.sqrt(sum((w * max(r[p][1] - m, 0.0)) ** 2 for w, m, r in zip(weights, means, rows)))
+        out.append([p, mu - lo, mu + hi])
+    return out
+
+
 def shared_bound(ses: Sequence[float]) -> np.ndarray:
     """The question covariance of seeds whose errors are wholly shared, C_ij = se_i·se_j: the
     largest their own question CIs allow (Cauchy–Schwarz)."""
@@ -135,50 +156,71 @@ def components(estimates: Sequence[float], cov: np.ndarray) -> tuple[float, floa
 
 def half_width(var_seed: float, var_shared: float, var_residual: float, k: int,
                n_questions: Optional[int], level: float = 0.95, scale: float = 1.0) -> float:
-    """The crossed interval's half-width with k seeds and ``scale`` × the questions (the shared and
-    residual question variances shrink as 1/scale): t_df √(σ²_seed/k + σ²_shared/scale +
-    σ²_residual/(scale·k)), df by Welch–Satterthwaite (see ``interval``)."""
-    se, df = _se_df(var_seed, var_shared / scale, var_residual / scale, k,
-                    None if n_questions is None else int(round(n_questions * scale)), level)
-    return _quantile((1 + level) / 2, df) * se
+    """The crossed interval's half-width (``interval``) with k seeds and ``scale`` × the questions (the
+    shared and residual question variances shrink as 1/scale), the seeds' spread s² at its
+    expectation σ²_seed + σ²_residual/scale."""
+    n = None if n_questions is None else int(round(n_questions * scale))
+    return _widest(var_seed + var_residual / scale, var_shared / scale, var_residual / scale, k, n, level)[0]
 
 
-def _se_df(var_seed: float, var_shared: float, var_residual: float, k: int,
-           n_questions: Optional[int], level: float = 0.95, questions_se: float = 0.0) -> tuple[float, Optional[float]]:
-    """(se, df) of the widest of three intervals: both noises, s²/k + σ²_shared (s²/k = (σ²_seed +
-    σ²_residual)/k on k − 1 df, σ²_shared on n − 1: Welch–Satterthwaite); the seeds' spread alone,
-    s²/k on k − 1 (Hartung–Knapp's with equal weights); the questions' noise alone, σ²_shared +
-    σ²_residual/k on n − 1 (None: normal). The Satterthwaite df, computed from estimated parts,
-    runs high where the seeds happen to agree, and the estimated seed variance is floored at 0: the
-    other two keep the interval from being narrower than either noise alone allows. The questions'
-    part is at least ``questions_se``, what the percentile interval of the seeds' resampled mean
-    needs (its tails may be longer than a normal's: a slope on 200 questions)."""
+def _widest(spread: float, var_shared: float, var_residual: float, k: int, n_questions: Optional[int],
+            level: float = 0.95, questions_se: float = 0.0) -> tuple[float, float, Optional[float]]:
+    """(half-width, se, df of the questions' part) of the wider of two intervals.
+
+    Both noises, Banerjee's: √(t²_{k−1} s²/k + t²_{n−1} σ²_shared), s² the seeds' spread on k − 1
+    df, σ²_shared on n − 1 (None: normal). Its coverage is at least its level whatever the ratio of
+    the two parts (Banerjee 1960, Sankhyā 22: 357–358), where a Welch–Satterthwaite df computed from
+    the estimated parts runs liberal: three seeds that happen to agree read as many df.
+    The questions' noise alone, t_{n−1} √(σ²_shared + σ²_residual/k), at least ``questions_se`` (what
+    the percentile interval of the seeds' resampled mean needs: its tails may be longer than a
+    normal's, a slope on 200 questions): σ²_residual is the bootstrap's, known where s² is not."""
     q_df = None if n_questions is None else n_questions - 1
-    options = [(max(math.sqrt(max(var_shared + var_residual / k, 0.0)), questions_se), q_df)]
-    if var_seed > 0:
-        seeds_part = (var_seed + var_residual) / k
-        both = seeds_part + max(var_shared, 0.0)
-        denominator = seeds_part ** 2 / (k - 1) + (var_shared ** 2 / q_df if q_df and var_shared > 0 else 0.0)
-        options += [(math.sqrt(seeds_part), k - 1), (math.sqrt(both), both * both / denominator)]
     z = (1 + level) / 2
-    return max(options, key=lambda sd: _quantile(z, sd[1]) * sd[0])
+    t_q = _t(z, q_df)
+    se_q = max(math.sqrt(max(var_shared + var_residual / k, 0.0)), questions_se)
+    questions = (t_q * se_q, se_q, q_df)
+    if k < 2:
+        return questions
+    seeds_part, shared = max(spread, 0.0) / k, max(var_shared, 0.0)
+    both = math.sqrt(_t(z, k - 1) ** 2 * seeds_part + t_q ** 2 * shared)
+    return max(questions, (both, math.sqrt(seeds_part + shared), q_df), key=lambda h: h[0])
+
+
+@lru_cache(maxsize=4096)
+def _t(q: float, df: Optional[float]) -> float:
+    """``_quantile``, remembered: the projections ask for the same few (level, df) thousands of times."""
+    return _quantile(q, df)
+
+
+def _df_at(ratio: float, level: float, lo: float, hi: Optional[float]) -> Optional[float]:
+    """The df in [lo, hi] whose t quantile at ``level`` is ``ratio`` (half-width / se), so that a
+    p on it agrees with the interval at its level; hi (None: normal) where the ratio is the normal's."""
+    z = (1 + level) / 2
+    top = 1e9 if hi is None else hi
+    if ratio <= _quantile(z, top) + 1e-12:
+        return hi
+    if ratio >= _quantile(z, lo):
+        return lo
+    return float(optimize.brentq(lambda df: _quantile(z, df) - ratio, lo, top, xtol=1e-6))
 
 
 def interval(estimates: Sequence[float], cov: np.ndarray, n_questions: Optional[int],
              level: float = 0.95, tails: Optional[Sequence[Sequence[float]]] = None) -> Combined:
     """The crossed estimate of θ from k ≥ 2 seeds' ``estimates`` and their question covariance
-    ``cov`` (``joint_cov``, or ``shared_bound`` without records): θ̂ the seeds' mean, the CI
-    θ̂ ± t_df √(s²/k + σ²_shared) floored at the question noise of θ̂ (module docstring), and at
-    the percentile interval of the seeds' resampled mean where its ``tails`` are given."""
+    ``cov`` (``joint_cov``, or ``shared_bound`` without records): θ̂ the seeds' mean, the CI the
+    wider of Banerjee's on both noises and the question noise of θ̂ alone (``_widest``), this one at
+    least the percentile interval of the seeds' resampled mean where its ``tails`` are given. Its se
+    and df are the chosen interval's (df: the t whose quantile at the level is half-width / se)."""
     y = [float(v) for v in estimates]
     k = len(y)
     if k < 2 or np.shape(cov) != (k, k):
         raise ValueError(f"crossed interval: {k} estimates and a {np.shape(cov)} covariance (needs k ≥ 2, k × k)")
     var_seed, var_shared, var_residual = components(y, cov)
     mu = sum(y) / k
-    se, df = _se_df(var_seed, var_shared, var_residual, k, n_questions, level, percentile_se(tails, mu, level))
-    t = _quantile((1 + level) / 2, df)
-    return Combined(mu, (mu - t * se, mu + t * se), se, df, math.sqrt(var_seed), k, level,
+    spread = float(np.var(y, ddof=1))
+    h, se, q_df = _widest(spread, var_shared, var_residual, k, n_questions, level, percentile_se(tails, mu, level))
+    df = _df_at(h / se, level, k - 1, q_df) if se > 0 else q_df
+    return Combined(mu, (mu - h, mu + h), se, df, math.sqrt(var_seed), k, level,
                     var_seed=var_seed, var_shared=var_shared, var_residual=var_residual, n_questions=n_questions)
 
 
@@ -216,6 +258,7 @@ def questions_to_decide(c: Combined, target: float) -> Optional[int]:
     return max(2, math.ceil(hi * c.n_questions))
 
 
-__all__ = ["QUESTION_STREAM", "TAILS", "components", "joint_draws", "mean_tails", "percentile_se", "half_width", "interval", "joint_cov", "questions_to_decide",
+__all__ = ["QUESTION_STREAM", "TAILS", "components", "joint_draws", "mean_tails", "percentile_se", "half_width", "interval", "joint_cov",
+           "pooled_tails", "questions_to_decide",
            "resample_weights", "seeds_to_decide", "shared_bound", "weighted_mean", "weighted_moments",
            "weighted_slope"]

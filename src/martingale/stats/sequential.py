@@ -90,7 +90,8 @@ class Boundary:
 def reachable_half_width(c, max_seeds: int, max_scale: float) -> float:
     """The narrowest crossed half-width a finding could reach within the plan, at its current
     variance components and its look's level: up to ``max_seeds`` seeds and ``max_scale`` × its
-    held-out questions (the widest a redraw route allows; 1 where there is none)."""
+    look's held-out questions (the draws the plan has left to pool: its draws / the look's; 1 where
+    the look pools them all or the questions cannot be redrawn)."""
     scales = sorted({1.0, float(max_scale)})
     return min(half_width(c.var_seed, c.var_shared, c.var_residual, k, c.n_questions, c.level, scale)
                for k in range(c.k, max(c.k, max_seeds) + 1) for scale in scales)

@@ -53,7 +53,8 @@ def _tails(tails: Any) -> Optional[list]:
 def _pooled(parts: list[Result], level: float) -> tuple[Combined, tuple]:
     """The seeds over every held-out draw of a look: each seed's estimate and each draw's question
     covariance weighted by its questions (draws are disjoint question sets: their errors are
-    independent), θ_i = Σ w_d θ_id, C = Σ w_d² C_d; one draw is itself."""
+    independent), θ_i = Σ w_d θ_id, C = Σ w_d² C_d, and the tails of the seeds' mean pooled alike
+    (crossed.pooled_tails: the interval's percentile floor); one draw is itself."""
     values = [[v for _, v, _ in p.samples] for p in parts]
     ses = [[se_from_ci(ci) for _, _, ci in p.samples] for p in parts]
     if len(parts) == 1:
@@ -72,17 +73,20 @@ def _pooled(parts: list[Result], level: float) -> tuple[Combined, tuple]:
                     for i, ((seed, _, _), t) in enumerate(zip(parts[0].samples, theta)))
     if len(theta) == 1:
         return combine(theta, [math.sqrt(cov[0][0])], level), samples
-    return crossed.interval(theta, cov, total, level), samples
+    tails = [_tails((p.question_cov or {}).get("mean_tails")) for p in parts]
+    pooled = crossed.pooled_tails([statistics.fmean(v) for v in values], tails, w) if total and all(tails) else None
+    return crossed.interval(theta, cov, total, level, pooled), samples
 
 
 def result(f: Finding, row: dict, evals: Any, parent_evals: Any = None, more: tuple = (),
            boundary: Boundary = Boundary(), look: Optional[Any] = None, max_seeds: int = 0,
-           max_scale: float = 1.0) -> Result:
+           max_draws: int = 1) -> Result:
     """The finding's number and verdict before the table's multiplicity control (``decide``):
     from its run's row state and eval.json (read only for a done run), and for an effect the
     parent's eval.json (is the parent trained?). A later look (``look``, conf/decide.yaml) pools
     its other held-out draws' (row, evals, parent_evals) in ``more``; every look is tested at the
-    plan's nominal level (``boundary``), its p adjusted to α's scale."""
+    plan's nominal level (``boundary``), its p adjusted to α's scale. Futility reads what the plan
+    can still add: up to ``max_seeds`` seeds, and ``max_draws`` draws against the look's own."""
     parts = [_measure(f, row, evals, parent_evals)] + [_measure(f, *m) for m in more]
     first = parts[0]
     if first.verdict != INCONCLUSIVE or f.metric in COUNTS:
@@ -113,7 +117,7 @@ def result(f: Finding, row: dict, evals: Any, parent_evals: Any = None, more: tu
         max_seeds = max(max_seeds, c.k)
         if look.index >= look.of:
             out.stopped = "the plan's last look"
-        elif (why := futility(c, target, max_seeds, max_scale)):
+        elif (why := futility(c, target, max_seeds, max(1.0, max_draws / look.draws))):
             out.stopped = f"stopped for futility: {why}"
         if out.stopped:
             out.detail += f"; {out.stopped}"
@@ -166,7 +170,7 @@ def evaluate(root: Path | str, rows: list[dict]) -> tuple[Optional[list[Finding]
         reads = [reading(r, f) for r in look.runs]
         redraws = not worlds()[tree.resolved_config(f.run)["world"]["name"]].one_split
         results[f.id] = result(f, *reads[0], more=tuple(reads[1:]), boundary=plan.bound(), look=look,
-                               max_seeds=plan.max_seeds, max_scale=plan.draws if redraws else 1.0)
+                               max_seeds=plan.max_seeds, max_draws=plan.draws if redraws else 1)
     decide(findings or [], results)
 
     def lookup(run: str, stage: str, metric: str) -> Optional[str]:

@@ -36,10 +36,11 @@ not the training, so:
   2011, multiway clustering). The seeds' question covariance comes from their records, the questions
   resampled jointly across seeds (its off-diagonal: the noise they share, σ²_shared; the rest of
   its diagonal: each seed's own, σ²_residual); σ²_seed, the training's, from the seeds' spread
-  beyond that. The CI is the widest of three t intervals: both noises (Welch–Satterthwaite df), the
-  seeds' spread alone (k − 1 df), the questions' noise of the seeds' mean alone (at least its
-  resampled percentile interval) — never narrower than either noise allows. A metric without
-  per-question records is bounded as if its seeds shared all their question error;
+  beyond that. The CI is the wider of two: both noises, √(t²_{k−1} s²/k + t²_{n−1} σ²_shared)
+  (Banerjee 1960: at least its level whatever their ratio, s² the seeds' spread on k − 1 df), and
+  the questions' noise of the seeds' mean alone (at least its resampled percentile interval, over
+  every held-out draw a look pools). A metric without per-question records is bounded as if its
+  seeds shared all their question error;
 - a trained finding with fewer than 3 seeds is **provisional (k seeds)**, never decided;
 - an untrained finding with one seed is decided on its question-bootstrap CI, as one measurement.
 
