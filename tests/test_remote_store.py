@@ -203,6 +203,12 @@ def test_a_damaged_blob_is_forgotten_so_the_next_push_heals_it(store, tmp_path):
     assert pull_chain(store, tmp_path / "c").pulled == [P, X]
 
 
+def test_a_folder_store_creates_a_record_once(store):
+    assert store.create("stages/x/x-000000000000.json", b"first") is True
+    assert store.create("stages/x/x-000000000000.json", b"second") is False
+    assert store.read("stages/x/x-000000000000.json") == b"first"
+
+
 def test_an_unreachable_folder_store_is_one_error():
     with pytest.raises(StoreUnreachable, match="no such folder"):
         open_store("/nonexistent/martingale-store")
