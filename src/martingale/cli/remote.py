@@ -9,10 +9,11 @@ from rich.table import Table
 
 from ..config.runs import RunError
 from ..plan import Plan
+from ..plan.cost import is_built
 from ..remote.backend import Backend, open_store
 from ..remote.build import run_inputs, run_key_of, settings_of, wanted
 from ..remote.pull import CorruptInStore, Synced, held_stages, sync_runs, sync_stages
-from ..remote.push import is_finished, push_run, push_stage
+from ..remote.push import push_run, push_stage
 from ..remote.records import BLOBS, RUNS, STAGES, Record, run_key, stage_key
 from ..remote.settings import StoreError
 from ..remote.transfer import read_records
@@ -58,7 +59,7 @@ def push() -> None:
     counts = {"pushed": 0, "already": 0, "replaced": 0, "refused": 0}
     sent = 0
     try:
-        for sid in [s for s in plan.stages if is_finished(STATE.root, s)]:
+        for sid in [s for s in plan.stages if is_built(STATE.root, s)]:
             result = push_stage(backend, STATE.root, sid, dict(plan.stages[sid].inputs))
             counts[result.state] += 1
             sent += result.bytes
@@ -121,7 +122,7 @@ def store_ls(run: str = typer.Argument(..., help="Run-id.")) -> None:
         table.add_column(col)
     for sid in order:
         rec = records.get(sid)
-        table.add_row(sid, "held" if rec else "-", "yes" if is_finished(STATE.root, sid) else "-",
+        table.add_row(sid, "held" if rec else "-", "yes" if is_built(STATE.root, sid) else "-",
                       f"{rec.size / 1e6:.2f}" if rec else "")
     got: Optional[Record] = next(iter(results.values()), None)
     table.add_row(f"results/{run}", "held" if got else "-",

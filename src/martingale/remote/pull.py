@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from ..plan.cost import is_built
 from ..store import stage_dir
 from ..store.manifest import MANIFEST
 from .backend import Backend
-from .push import built_from, is_finished
+from .push import built_from
 from .records import STAGES, Record, blob_key, manifest_digest, run_key, stage_key
 from .transfer import Pull, download, forget_blob, read_records
 
@@ -113,7 +114,7 @@ def _settle(root: Path, sid: str, roles: dict[str, str], records: dict[str, Reco
     """Decide one stage: keep the local copy, pull the store's (appended to ``pulls``), or leave it
     to be built. Returns its digest when kept now, None otherwise (a pull settles it after)."""
     folder = root / stage_dir(sid)
-    local = manifest_digest(folder) if is_finished(root, sid) else None
+    local = manifest_digest(folder) if is_built(root, sid) else None
     record = records.get(sid)
     usable = record is not None and _consistent(record, records) and all(
         settled.get(ref["stage"]) == ref["manifest"] for ref in record.inputs.values())
@@ -169,7 +170,7 @@ def sync_runs(backend: Backend, root: Path, wanted: dict[str, tuple[str, list[st
         def have(sid: str) -> Optional[str]:
             if not check_local:
                 return digests.get(sid)
-            return manifest_digest(root / stage_dir(sid)) if is_finished(root, sid) else None
+            return manifest_digest(root / stage_dir(sid)) if is_built(root, sid) else None
         if all(have(ref["stage"]) == ref["manifest"] for ref in record.inputs.values()):
             pulls.append(Pull(record, root / "results" / record.name))
     start = time.monotonic()

@@ -13,7 +13,6 @@ from typing import Optional
 
 from ..store import STORE, stage_dir
 from ..store.files import read_optional, write_json
-from ..store.manifest import MANIFEST
 from .backend import Backend
 from .records import Record, folder_files, manifest_digest, run_key, stage_key, stage_record
 from .transfer import Pull, commit, download, read_record, upload_blobs
@@ -114,8 +113,3 @@ def push_run(backend: Backend, root: Path, run: str, key: str, eval_stages: list
     files, size = upload_blobs(backend, root / "results" / run, record)
     created, held = commit(backend, run_key(run, key), record)
     return Pushed(f"results/{run}", "pushed" if created else "already", files, size)
-
-
-def is_finished(root: Path, sid: str) -> bool:
-    """The local stage folder has its manifest."""
-    return (root / stage_dir(sid) / MANIFEST).is_file()

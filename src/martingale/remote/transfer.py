@@ -5,7 +5,6 @@ refused naming the stage and the file, and nothing is left half-written."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 import tempfile
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from ..store.files import _FILE_MODE, _umask
+from ..store.manifest import sha256_file
 from .backend import Backend
 from .records import BadRecord, Record, blob_key, parse
 from .settings import StoreError
@@ -52,14 +52,6 @@ def upload_blobs(backend: Backend, folder: Path, record: Record) -> tuple[int, i
     todo = [(path, key) for path, key, have in zip(by_digest.values(), keys, there) if not have]
     backend.upload_many(todo)
     return len(todo), sum(path.stat().st_size for path, _ in todo)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 @dataclass
@@ -127,7 +119,7 @@ def _verify(p: Pull) -> Optional[str]:
             size = path.stat().st_size
         except FileNotFoundError:
             return f"{_describe(p.record)}: {rel}: missing from the store"
-        if size != int(entry["size"]) or _sha256(path) != entry["sha256"]:
+        if size != int(entry["size"]) or sha256_file(path) != entry["sha256"]:
             return (f"{_describe(p.record)}: {rel}: {size} bytes whose sha256 is not the record's "
                     f"(corrupted or truncated in the store at {blob_key(entry['sha256'])})")
         os.chmod(path, _FILE_MODE)
