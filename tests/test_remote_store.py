@@ -100,7 +100,7 @@ def test_a_second_push_sends_nothing(store, tmp_path):
 def test_blobs_are_stored_once_by_their_digest(store, tmp_path):
     build_chain(tmp_path / "a")
     push_chain(store, tmp_path / "a")
-    blobs = store.list("cas")
+    blobs = store.list_keys("cas")
     assert len(blobs) == len(set(blobs)) and all(k.rsplit("/", 1)[-1] in k for k in blobs)
     assert len(blobs) == 5   # weights, config.json == same.bin ("{}"), adapter, two MANIFEST.json
 
@@ -248,7 +248,7 @@ def test_s3_wrong_secret_is_refused_in_one_line_naming_the_url_not_the_key(s3, m
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "a-wrong-secret-0123456789")
     with pytest.raises(StoreDenied) as e:
-        open_store(s3.url).list("stages")
+        open_store(s3.url).list_keys("stages")
     assert s3.url in str(e.value) and "a-wrong-secret" not in str(e.value) and "\n" not in str(e.value)
 
 
@@ -257,7 +257,7 @@ def test_s3_unreachable_store_is_one_error(monkeypatch, s3):
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")   # nothing listens on the discard port
     with pytest.raises(StoreUnreachable):
-        open_store("s3://martingale-store/unreachable").list("stages")
+        open_store("s3://martingale-store/unreachable").list_keys("stages")
 
 
 def test_s3_which_of_1000_stages_are_held_takes_one_listing_request_a_thousand(s3store):

@@ -142,7 +142,7 @@ def store_gc(dry_run: bool = typer.Option(False, "--dry-run", help="List what wo
         held = held_stages(backend)
         gone = sorted(held - set(plan.stages))
         current = {run_key(r, run_key_of(plan, r)) for r in plan.run_ids()}
-        run_keys = [k for k in backend.list(RUNS) if k.endswith(".json")]
+        run_keys = [k for k in backend.list_keys(RUNS) if k.endswith(".json")]
         gone_runs = sorted(k for k in run_keys if k not in current)
         records = read_records(backend, [stage_key(s) for s in gone] + gone_runs)
     except StoreError as e:
@@ -158,9 +158,9 @@ def store_gc(dry_run: bool = typer.Option(False, "--dry-run", help="List what wo
         return
     try:
         backend.delete_many([stage_key(s) for s in gone] + gone_runs)
-        kept = read_records(backend, [k for k in backend.list(STAGES) + backend.list(RUNS) if k.endswith(".json")])
+        kept = read_records(backend, [k for k in backend.list_keys(STAGES) + backend.list_keys(RUNS) if k.endswith(".json")])
         named = {f"{BLOBS}/{d[:2]}/{d}" for r in kept.values() for d in r.blobs}
-        orphans = [k for k in backend.list(BLOBS) if k not in named]
+        orphans = [k for k in backend.list_keys(BLOBS) if k not in named]
         backend.delete_many(orphans)
     except StoreError as e:
         fail(str(e))

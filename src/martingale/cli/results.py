@@ -112,7 +112,8 @@ def provisional_lines(rows: list[dict]) -> list[str]:
     plan = Plan.load(STATE.root)
     lines = [f"provisional findings ({len(waiting)}: a trained finding needs {MIN_SEEDS} seeds):"]
     for f in waiting:
-        k = results[f.id].combined.k
+        combined = results[f.id].combined
+        k = combined.k if combined is not None else 0
         hours = (MIN_SEEDS - k) * cost.seed_hours(plan, finding_runs(plan, f), STATE.root)
         lines.append(f"  {f.id}: {f.run}, {k} seed{'s' * (k != 1)}; {MIN_SEEDS - k} more ≈ {cost.hours(hours)} "
                      "stage-hours (martingale seeds " + f.id + ")")

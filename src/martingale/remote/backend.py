@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence, TypeVar
 
 from ..store.files import write_bytes
 from .settings import StoreError
@@ -62,13 +62,17 @@ def explain(url: str, e: BaseException) -> StoreError:
     return StoreError(f"store {url}: {name}: {text[:200]}")
 
 
+T = TypeVar("T")
+U = TypeVar("U")
+
+
 class Backend:
     """Keys are ``/``-separated paths under the store's root."""
 
     url: str
     jobs: int
 
-    def list(self, prefix: str) -> list[str]:
+    def list_keys(self, prefix: str) -> list[str]:
         """Every key under ``prefix/`` (a few listing requests: a thousand keys a page on S3)."""
         raise NotImplementedError
 
@@ -96,7 +100,7 @@ class Backend:
         """Remove each key (gc)."""
         raise NotImplementedError
 
-    def call(self, fn: Callable[[], Any]) -> Any:
+    def call(self, fn: Callable[[], T]) -> T:
         """fn(), its library errors turned into ours (explain)."""
         try:
             return fn()
@@ -120,7 +124,7 @@ class LocalBackend(Backend):
     def _path(self, key: str) -> Path:
         return self.root / key
 
-    def list(self, prefix: str) -> list[str]:
+    def list_keys(self, prefix: str) -> list[str]:
         base = self._path(prefix)
         if not base.is_dir():
             return []
@@ -151,7 +155,7 @@ class LocalBackend(Backend):
         finally:
             tmp.unlink(missing_ok=True)
 
-    def _map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
+    def _map(self, fn: Callable[[T], U], items: Iterable[T]) -> list[U]:
         with ThreadPoolExecutor(max_workers=self.jobs) as pool:
             return list(pool.map(fn, items))
 
@@ -188,7 +192,7 @@ class FsspecBackend(Backend):
 
         self.url = url
         self.jobs = jobs
-        options: dict[str, Any] = {"skip_instance_cache": True, "use_listings_cache": False}
+        options: dict[str, object] = {"skip_instance_cache": True, "use_listings_cache": False}
         if url.startswith("s3://"):
             options["config_kwargs"] = {"connect_timeout": 5, "read_timeout": 60,
                                         "retries": {"max_attempts": 3, "mode": "standard"}}
@@ -206,7 +210,7 @@ class FsspecBackend(Backend):
     def _path(self, key: str) -> str:
         return f"{self.root}/{key}"
 
-    def list(self, prefix: str) -> list[str]:
+    def list_keys(self, prefix: str) -> list[str]:
         base = self._path(prefix)
         found = self.call(lambda: self.fs.find(base))
         return sorted(p[len(self.root) + 1:] for p in found)
@@ -238,18 +242,18 @@ class FsspecBackend(Backend):
         except Exception as e:
             raise explain(self.url, e) from None
 
-    def _many(self, name: str, args: Sequence[tuple[Any, ...]]) -> list[Any]:
-        """``fs.<name>(*a)`` for each a, ``jobs`` at a time."""
+    def _many(self, name: str, args: Sequence[tuple[str, ...]]) -> list[Any]:
+        """``fs.<name>(*a)`` for each a, ``jobs`` at a time (fsspec has no types: Any)."""
         if not args:
             return []
         if getattr(self.fs, "async_impl", False):
             from fsspec.asyn import sync
 
-            async def run_all() -> list[Any]:
+            async def run_all() -> list[object]:
                 sem = asyncio.Semaphore(self.jobs)
                 method = getattr(self, name) if name.startswith("_head") else getattr(self.fs, f"_{name}")
 
-                async def one(a: tuple[Any, ...]) -> Any:
+                async def one(a: tuple[str, ...]) -> object:
                     async with sem:
                         return await method(*a)
                 return list(await asyncio.gather(*(one(a) for a in args)))

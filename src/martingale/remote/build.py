@@ -6,7 +6,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from ..plan import Plan, cost
 from ..store import STORE
@@ -36,7 +36,7 @@ def run_key_of(plan: Plan, run: str) -> str:
     return run_digest(run, plan.run_identity(run), plan.lineage(run), run_inputs(plan, run))
 
 
-def wanted(plan: Plan, runs: Iterable[str], stage_targets: Iterable[str]) -> tuple[list[str], dict[str, Any]]:
+def wanted(plan: Plan, runs: Iterable[str], stage_targets: Iterable[str]) -> tuple[list[str], dict[str, tuple[str, list[str]]]]:
     """(every stage these runs' results and these stages need, upstream first; run → (key, evals))."""
     runs = sorted(set(runs))
     needed: set[str] = set(stage_targets)

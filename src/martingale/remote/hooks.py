@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from ..store.files import redact
 from .backend import open_store
@@ -44,7 +44,7 @@ def after_stage(root: Path, sid: str, inputs: dict[str, Path]) -> Optional[Pushe
     return result
 
 
-def after_run(root: Path, run: str, cfg: Any, lineage: Any, eval_stages: list[str]) -> Optional[Pushed]:
+def after_run(root: Path, run: str, cfg: object, lineage: object, eval_stages: list[str]) -> Optional[Pushed]:
     """Push a run's results (results/<run>/) once aggregated, when a store is set."""
     settings = resolve()
     if settings is None:

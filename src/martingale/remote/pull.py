@@ -49,7 +49,7 @@ class Synced:
 
 def held_stages(backend: Backend) -> set[str]:
     """The ids of every stage the store holds (one listing of its records)."""
-    return {key.rsplit("/", 1)[-1][: -len(".json")] for key in backend.list(STAGES) if key.endswith(".json")}
+    return {key.rsplit("/", 1)[-1][: -len(".json")] for key in backend.list_keys(STAGES) if key.endswith(".json")}
 
 
 def _consistent(record: Record, records: dict[str, Record]) -> bool:
@@ -91,7 +91,7 @@ def sync_stages(backend: Backend, root: Path, order: Sequence[str], inputs: dict
         if not wave:
             raise ValueError(f"stages whose inputs are not in the order: {pending[:3]}")
         pending = [s for s in pending if s not in wave]
-        pulls = []
+        pulls: list[Pull] = []
         for sid in wave:
             settled[sid] = _settle(root, sid, inputs[sid], records, settled, pulls, out, say)
         bad = _pull_all(backend, pulls, out, stop_on_corrupt, say)

@@ -10,10 +10,9 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..store.files import canonical_json, redact
-from ..store.manifest import MANIFEST, sha256_file
+from ..store.manifest import MANIFEST, FileEntry, sha256_file
 
 FORMAT = 1
 BLOBS, STAGES, RUNS = "cas", "stages", "runs"
@@ -57,7 +56,7 @@ class Record:
     kind: str                    # "stage" or "run"
     name: str
     digest: str
-    files: dict[str, dict[str, Any]]
+    files: dict[str, FileEntry]
     inputs: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
@@ -107,9 +106,9 @@ def stage_record(folder: Path, sid: str, inputs: dict[str, dict[str, str]]) -> R
     return Record("stage", sid, files[MANIFEST]["sha256"], dict(sorted(files.items())), inputs)
 
 
-def folder_files(folder: Path) -> dict[str, dict[str, Any]]:
+def folder_files(folder: Path) -> dict[str, FileEntry]:
     """relative path → {sha256, size} of every file under a folder (hidden temp files left out)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, FileEntry] = {}
     for dirpath, _, filenames in os.walk(folder):
         for name in filenames:
             if name.startswith("."):
@@ -119,7 +118,7 @@ def folder_files(folder: Path) -> dict[str, dict[str, Any]]:
     return dict(sorted(out.items()))
 
 
-def run_digest(run: str, identity: Any, lineage: Any, eval_stages: list[str]) -> str:
+def run_digest(run: str, identity: object, lineage: object, eval_stages: list[str]) -> str:
     """A run's results key: what its aggregate was given (its config, lineage and the eval stages it
     gathered); the evals' bytes are named in the record's inputs."""
     text = canonical_json({"run": run, "config": identity, "lineage": lineage, "evals": sorted(set(eval_stages))})

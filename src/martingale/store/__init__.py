@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
+from ..core.jsonvalue import JsonObject
 from .files import read_optional
 
 STORE = "results/_store"
@@ -17,7 +18,7 @@ def stage_dir(stage_id: str) -> str:
     return f"{STORE}/{stage_id.split('-', 1)[0]}/{stage_id}"
 
 
-def read_index(root: Path | str) -> Optional[dict[str, Any]]:
+def read_index(root: Path | str) -> Optional[JsonObject]:
     """``results/_store/index.json`` if it is there, readable, and in this format; else None."""
     index = read_optional(Path(root) / STORE / "index.json")
     return index if isinstance(index, dict) and isinstance(index.get("runs"), dict) else None

@@ -14,17 +14,20 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import IO, Callable, Iterator, TypeVar, cast
 
 import yaml
 
+from ..core.jsonvalue import Json
 from ..core.settings import SECRET_WORDS
 from .manifest import write as write_manifest
 from .provenance import FILE as PROVENANCE
 from .provenance import for_folder as provenance_of
 
+T = TypeVar("T")
 
-def _finite(obj: Any) -> Any:
+
+def _finite(obj: object) -> object:
     """NaN and ±inf become null: JSON has no NaN, and a missing number must not look like one."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
@@ -37,7 +40,7 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
-def canonical_json(obj: Any) -> str:
+def canonical_json(obj: object) -> str:
     """JSON with sorted keys and a trailing newline: the same object always gives the same bytes."""
     return json.dumps(_finite(obj), sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
@@ -86,7 +89,7 @@ class Redactor:
                 b = b.replace(raw, marker.encode("utf-8"))
         return b
 
-    def obj(self, obj: Any) -> Any:
+    def obj(self, obj: object) -> object:
         """A copy of a JSON/YAML-like object with every string (keys too) redacted."""
         if isinstance(obj, str):
             return self.text(obj)
@@ -125,11 +128,11 @@ def redactor() -> Redactor:
     return _REDACTOR[1]
 
 
-def redact(obj: Any) -> Any:
+def redact(obj: T) -> T:
     """A copy of ``obj`` (a string, or a JSON/YAML-like object) with no key-like environment
     value left in any of its strings: for text built and written by other means."""
     r = redactor()
-    return r.obj(obj) if r.pairs else obj
+    return cast(T, r.obj(obj)) if r.pairs else obj
 
 
 class RedactingLog:
@@ -137,14 +140,17 @@ class RedactingLog:
     atomically): each write is redacted first. A secret split across two writes is not seen;
     logging and print write a value in one piece."""
 
-    def __init__(self, raw: Any):
+    def __init__(self, raw: IO[str]):
         self._raw = raw
 
     def write(self, s: str) -> int:
         self._raw.write(redact(s))
         return len(s)
 
-    def __getattr__(self, name: str) -> Any:   # flush, fileno, isatty, close ... of the file
+    def flush(self) -> None:
+        self._raw.flush()
+
+    def __getattr__(self, name: str) -> object:   # fileno, isatty, close ... of the file
         return getattr(self._raw, name)
 
 
@@ -180,7 +186,7 @@ def write_bytes(path: Path | str, data: bytes) -> None:
         raise
 
 
-def read_pickle(path: Path | str) -> Any:
+def read_pickle(path: Path | str) -> object:
     """An on-disk cache's object, or None when the file is absent or unreadable (the caller
     computes it again)."""
     import pickle
@@ -190,7 +196,7 @@ def read_pickle(path: Path | str) -> Any:
         return None
 
 
-def write_pickle(path: Path | str, obj: Any, keep: int) -> None:
+def write_pickle(path: Path | str, obj: object, keep: int) -> None:
     """An on-disk cache's object, pickled and written atomically (write_bytes); only the ``keep``
     newest files of its folder stay (a cache keyed by content gains a file per edit, and only the
     recent keys are read again). An object that does not pickle, or a read-only tree, writes
@@ -252,12 +258,12 @@ def write_bytes_if_changed(path: Path | str, data: bytes) -> bool:
     return True
 
 
-def write_json(path: Path | str, obj: Any) -> None:
+def write_json(path: Path | str, obj: object) -> None:
     """Canonical JSON (sorted keys), written atomically and redacted."""
     write_text(path, canonical_json(obj))
 
 
-def write_yaml(path: Path | str, obj: Any) -> None:
+def write_yaml(path: Path | str, obj: object) -> None:
     """YAML of obj; its strings are redacted before dumping, because YAML may fold a long scalar
     across lines and a marker must stay a quoted string, not become a flow sequence."""
     write_text(path, yaml.safe_dump(redact(obj), sort_keys=True, allow_unicode=True))
@@ -268,7 +274,7 @@ def write_jsonl(path: Path | str, rows: list[dict]) -> None:
     write_text(path, "".join(json.dumps(_finite(r), sort_keys=True, ensure_ascii=False) + "\n" for r in rows))
 
 
-def read_json(path: Path | str) -> Any:
+def read_json(path: Path | str) -> Json:
     """The JSON document at ``path``."""
     with open(path, encoding="utf-8") as f:
         return json.load(f)
@@ -280,7 +286,7 @@ def read_jsonl(path: Path | str) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def read_optional(path: Path | str) -> Any:
+def read_optional(path: Path | str) -> Json:
     """read_json (read_jsonl for a .jsonl file), or None when the file is missing or not valid
     JSON: for readers of files another job may not have written (yet)."""
     try:
@@ -289,7 +295,7 @@ def read_optional(path: Path | str) -> Any:
         return None
 
 
-def read_optional_yaml(path: Path | str) -> Any:
+def read_optional_yaml(path: Path | str) -> Json:
     """A YAML file's content, or None when it is missing or not valid YAML."""
     try:
         with open(path, encoding="utf-8") as f:

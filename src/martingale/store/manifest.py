@@ -12,10 +12,17 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 MANIFEST = "MANIFEST.json"
 _CHUNK = 1 << 20
+
+
+class FileEntry(TypedDict, total=False):
+    """A manifest's entry for one path: a file's ``size`` and ``sha256``, or a link's target."""
+    size: int
+    sha256: str
+    link: str
 
 
 class CorruptArtifact(RuntimeError):
@@ -31,10 +38,10 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _entries(folder: Path) -> dict[str, dict[str, Any]]:
+def _entries(folder: Path) -> dict[str, FileEntry]:
     """relative path → {size, sha256} for each file; a link (local weights) → {link: its target},
     not the content it points to (a model outside the store is the user's, not a stage's output)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, FileEntry] = {}
     for dirpath, dirnames, filenames in os.walk(folder):
         base = Path(dirpath)
         for name in sorted(dirnames):

@@ -24,9 +24,13 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
+from ..core.jsonvalue import Json, JsonObject
 from .manifest import sha256_file
+
+if TYPE_CHECKING:
+    from requests import Session
 
 FILE = "provenance.json"
 PACKAGES = ("accelerate", "peft", "torch", "transformers", "trl")
@@ -53,9 +57,9 @@ class Collector:
         except ValueError:
             return OUTSIDE + path.name
 
-    def document(self) -> dict[str, Any]:
+    def document(self) -> JsonObject:
         """The provenance.json object."""
-        out_versions: dict[str, Any] = versions()
+        out_versions: JsonObject = versions()
         if self.servers:
             out_versions[SERVER_KEY] = _one_or_all(self.servers)
         return {"versions": out_versions,
@@ -119,7 +123,7 @@ def record_weights(folder: Path | str) -> None:
         p.relative_to(folder).as_posix(): weight_sha256(p) for p in sorted(folder.glob(WEIGHT_GLOB))}
 
 
-def record_server(info: Optional[dict[str, Any]]) -> None:
+def record_server(info: Optional[JsonObject]) -> None:
     """Record a vLLM server that serves the stage: ``info`` is its ``/version`` answer
     ({"version": "0.10.1"}), or None when it had none (recorded as null)."""
     c = _ACTIVE
@@ -129,7 +133,7 @@ def record_server(info: Optional[dict[str, Any]]) -> None:
     c.servers.append(str(version) if version is not None else None)
 
 
-def server_info(http: Any, url: str, timeout: float = 5.0) -> Optional[dict[str, Any]]:
+def server_info(http: Session, url: str, timeout: float = 5.0) -> Optional[JsonObject]:
     """A server's ``GET /version`` answer, or None when it has no such endpoint or does not
     answer it (never raises: provenance must not fail a stage)."""
     try:
@@ -140,14 +144,14 @@ def server_info(http: Any, url: str, timeout: float = 5.0) -> Optional[dict[str,
     return data if isinstance(data, dict) else None
 
 
-def record_server_at(http: Any, url: str) -> None:
+def record_server_at(http: Session, url: str) -> None:
     """record_server(server_info(...)) for a server that just became ready (asked only while a
     stage job runs)."""
     if _ACTIVE is not None:
         record_server(server_info(http, url))
 
 
-def for_folder(path: Path | str) -> Optional[dict[str, Any]]:
+def for_folder(path: Path | str) -> Optional[JsonObject]:
     """The provenance.json object to write into ``path``'s temp folder (files.atomic_dir) when
     ``path`` is the folder of the stage being collected; else None."""
     c = _ACTIVE
@@ -156,7 +160,7 @@ def for_folder(path: Path | str) -> Optional[dict[str, Any]]:
     return c.document()
 
 
-def read(folder: Path | str) -> Optional[dict[str, Any]]:
+def read(folder: Path | str) -> Optional[JsonObject]:
     """A stage folder's provenance.json, or None (none recorded: built before provenance, or
     outside a stage job; or unreadable)."""
     import json
@@ -168,23 +172,23 @@ def read(folder: Path | str) -> Optional[dict[str, Any]]:
     return data if isinstance(data, dict) else None
 
 
-def _one_or_all(values: list) -> Any:
+def _one_or_all(values: list[Json]) -> Json:
     """The value when all agree, else the sorted distinct values (null last)."""
     distinct = sorted(set(values), key=lambda v: (v is None, str(v)))
     return distinct[0] if len(distinct) == 1 else distinct
 
 
-def summary(docs: dict[str, Optional[dict[str, Any]]], store: str = "results/_store") -> Optional[dict[str, Any]]:
+def summary(docs: dict[str, Optional[JsonObject]], store: str = "results/_store") -> Optional[JsonObject]:
     """The runs table's compact view of several stages' provenance ({stage id: provenance.json}):
     ``versions`` (a package the stages ran at different versions: the sorted distinct versions)
     and ``weights_sha256`` {model: {file: sha256}}, a store folder named by its stage id
     (``pretrain-1a2b…``; ``…/model`` dropped). None when no stage recorded any."""
-    docs = {k: v for k, v in docs.items() if isinstance(v, dict)}
-    if not docs:
+    stages = {k: v for k, v in docs.items() if isinstance(v, dict)}
+    if not stages:
         return None
     seen: dict[str, list] = {}
     weights: dict[str, dict[str, list]] = {}
-    for _, doc in sorted(docs.items()):
+    for _, doc in sorted(stages.items()):
         for name, version in (doc.get("versions") or {}).items():
             for v in (version if isinstance(version, list) else [version]):
                 seen.setdefault(name, []).append(v)

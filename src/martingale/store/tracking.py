@@ -30,12 +30,16 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Iterable, Iterator, Literal, Optional, cast, get_args
 
+from ..core.jsonvalue import JsonObject
 from ..core.settings import Name, OneOf, setting
 from ..core.typed import typed
 from . import read_index
 from .files import read_optional
+
+if TYPE_CHECKING:
+    from wandb.sdk.wandb_run import Run
 
 log = logging.getLogger("martingale.store.tracking")
 
@@ -59,13 +63,19 @@ class WandbConfig:
     entity: Optional[str] = setting(None, Name(optional=True))
 
 
-def _mode(settings: WandbConfig) -> str:
+WandbMode = Literal["offline", "online", "disabled", "shared"]   # wandb.init's modes
+
+
+def _mode(settings: WandbConfig) -> WandbMode:
     """WANDB_MODE where set (``disabled`` in tests), else the run's ``wandb.mode``."""
-    return os.environ.get("WANDB_MODE") or settings.mode
+    mode = os.environ.get("WANDB_MODE") or settings.mode
+    if mode not in get_args(WandbMode):
+        raise ValueError(f"WANDB_MODE={mode}: wandb's mode is one of {', '.join(get_args(WandbMode))}")
+    return cast(WandbMode, mode)
 
 
 def _init(*, name: str, run_id: str, job_type: str, group: Optional[str], config: dict,
-          settings: dict, root: Path | str = ".") -> Any:
+          settings: dict, root: Path | str = ".") -> Optional[Run]:
     """wandb.init of one run (None when wandb is disabled)."""
     tracked = typed(WandbConfig, settings or {}, "wandb")
     mode = _mode(tracked)
@@ -86,14 +96,14 @@ def _row_step(row: dict, i: int) -> int:
     return int(row.get("step", i))
 
 
-def _log_rows(run: Any, steps: Iterable[dict]) -> None:
+def _log_rows(run: Run, steps: Iterable[dict]) -> None:
     for i, row in enumerate(steps):
         values = _numeric({k: v for k, v in row.items() if k != "step"})
         if values:
             run.log(values, step=_row_step(row, i))
 
 
-def _set_summary(run: Any, summary: Optional[dict]) -> None:
+def _set_summary(run: Run, summary: Optional[dict]) -> None:
     for k, v in _numeric(summary or {}).items():
         run.summary[k] = v
 
@@ -151,7 +161,7 @@ def current_stage() -> Optional[StageContext]:
     return _STAGE.get()
 
 
-def _stage_run_args(root: Path, sid: str, cfg: dict) -> Optional[dict[str, Any]]:
+def _stage_run_args(root: Path, sid: str, cfg: dict) -> Optional[JsonObject]:
     """The wandb run a stage is logged as (plan index: its owner run, role, lineage, settings);
     None when the stage is not in the index."""
     index = read_index(root) or {}
@@ -169,8 +179,9 @@ class LiveRun:
     (``finish``) adds the summary. ``run`` None: off (no stage context, wandb disabled, or a wandb
     call failed: it warned once), and every method does nothing."""
 
-    def __init__(self, run: Any = None, sid: str = ""):
-        self.run, self.sid, self.last_step = run, sid, None
+    def __init__(self, run: Optional[Run] = None, sid: str = ""):
+        self.run, self.sid = run, sid
+        self.last_step: Optional[int] = None
 
     def __bool__(self) -> bool:
         return self.run is not None
@@ -179,8 +190,9 @@ class LiveRun:
         log.warning("wandb live run of %s: %s failed (%s: %s); live logging stops, the stage goes on",
                     self.sid, what, type(e).__name__, e)
         run, self.run = self.run, None
-        with contextlib.suppress(Exception):
-            run.finish(exit_code=1)
+        if run is not None:
+            with contextlib.suppress(Exception):
+                run.finish(exit_code=1)
 
     def log(self, row: dict, step: int) -> None:
         """One step's values (a ``step`` key is the x-axis, not a value, as in the mirror)."""
@@ -284,8 +296,8 @@ def mirror_stage(root: Path, sid: str, out_dir: Path, cfg: dict) -> Optional[Pat
         return None
 
 
-def mirror_run(root: Path, run_id: str, group: str, cfg: dict, stages: list[dict[str, Any]],
-               headline: Optional[dict[str, Any]]) -> Optional[Path]:
+def mirror_run(root: Path, run_id: str, group: str, cfg: dict, stages: list[dict[str, float]],
+               headline: Optional[dict[str, float]]) -> Optional[Path]:
     """Log a run's aggregate: the resolved config, each stage's metrics (one value each: the
     caller combines its seeds) as one step (s0, s1, …), and the last stage's metrics and the
     knob's headline effect as summary."""
