@@ -58,7 +58,9 @@ def code_digest() -> str:
 
 
 def code_and_versions() -> list[str]:
-    """What composes and validates a config besides conf/: the package's code (code_digest),
-    Hydra's and OmegaConf's versions."""
+    """What composes and validates a config besides conf/: the package's code (code_digest), the
+    schema's keys with the extensions registered now, Hydra's and OmegaConf's versions."""
     from importlib.metadata import version
-    return [code_digest(), version("hydra-core"), version("omegaconf")]
+
+    from .schema import shape
+    return [code_digest(), hashlib.sha256(shape().encode()).hexdigest(), version("hydra-core"), version("omegaconf")]

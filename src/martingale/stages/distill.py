@@ -36,7 +36,7 @@ class DistillConfig:
 
 DISTILL = declare("distill", "start", keys=("world", "model"), inputs=("base_model",), questions=False, trains=True,
                   ranked=True,
-                  per_seed=True, when=lambda cfg: cfg["start"] == "D",
+                  per_seed=True, when=lambda cfg: cfg.start == "D",
                   section=Section("distill", DistillConfig, in_every_run=True))
 
 

@@ -48,7 +48,7 @@ class PretrainConfig:
 
 
 PRETRAIN = declare("pretrain", "source", keys=("world", "model"), questions=False, trains=True,
-                   when=lambda cfg: not cfg["model"].get("path"),
+                   when=lambda cfg: not cfg.model.path,
                    section=Section("pretrain", PretrainConfig, in_every_run=True))
 
 

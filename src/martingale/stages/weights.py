@@ -7,7 +7,7 @@ from typing import Protocol
 from ..model.section import ModelConfig
 from . import declare
 
-WEIGHTS = declare("weights", "source", keys=("model",), when=lambda cfg: bool(cfg["model"].get("path")), local=True)
+WEIGHTS = declare("weights", "source", keys=("model",), when=lambda cfg: bool(cfg.model.path), local=True)
 
 
 class WeightsSlice(Protocol):
