@@ -188,8 +188,8 @@ def relation_problem(cfg: RunConfig | Mapping[str, object], root: Optional[Path]
         if not holds(run):
             return key, why
     for key, check in CHECKS:
-        why = check(run, root)
-        if why:
-            return why if isinstance(why, tuple) else (key, why)   # a check may name the exact key
+        found = check(run, root)
+        if found:
+            return found if isinstance(found, tuple) else (key, found)   # a check may name the exact key
     return None
 

@@ -9,6 +9,8 @@ import os
 import re
 from pathlib import Path
 
+from .schema import shape
+
 ENV_REFERENCE = re.compile(rb"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)")
 ConfFiles = list[tuple[Path, bytes]]
 
@@ -61,6 +63,4 @@ def code_and_versions() -> list[str]:
     """What composes and validates a config besides conf/: the package's code (code_digest), the
     schema's keys with the extensions registered now, Hydra's and OmegaConf's versions."""
     from importlib.metadata import version
-
-    from .schema import shape
     return [code_digest(), hashlib.sha256(shape().encode()).hexdigest(), version("hydra-core"), version("omegaconf")]

@@ -170,7 +170,7 @@ class RunTree:
             resolved = run_config(self.composer.compose(overrides), run_id)
         except ComposeError as e:
             raise self._err(run_id, e.key, e.reason) from None
-        if parent_cfg is not None and resolved == parent_cfg:
+        if parent_cfg is not None and spec.knob is not None and resolved == parent_cfg:
             key = self.composer.parse(spec.knob).key_or_group
             raise self._err(run_id, key, f"no-op knob: {spec.knob!r} leaves the config of parent "
                                          f"{spec.parent!r} unchanged")

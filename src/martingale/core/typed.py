@@ -5,7 +5,6 @@ is an error naming it. Below every layer, so a world or a reader types its own s
 from __future__ import annotations
 
 import dataclasses
-import functools
 import typing
 from collections.abc import Mapping
 from typing import Any, Optional, TypeVar
@@ -21,10 +20,14 @@ def dataclass_in(annotation: object) -> Optional[type]:
     return None
 
 
-@functools.lru_cache(maxsize=None)
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
 def type_hints(cls: type) -> dict[str, Any]:
     """A dataclass's field types, resolved (its annotations are strings), once per class."""
-    return typing.get_type_hints(cls)
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
 
 
 def _is_float(hint: Any) -> bool:
@@ -45,7 +48,7 @@ def typed(cls: type[T], value: object, where: str = "") -> T:
     if isinstance(value, cls):
         return value
     given = value if isinstance(value, Mapping) else fields_of(value)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in dataclasses.fields(typing.cast(Any, cls))}
     unknown = sorted(set(given) - set(fields))
     if unknown:
         raise ValueError(f"{where or cls.__name__}: unknown key {unknown[0]!r}")
