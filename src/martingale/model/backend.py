@@ -32,6 +32,12 @@ if TYPE_CHECKING:
 class Backend(Protocol):
     """What the stages need from a model; ``load`` (a classmethod) opens a stage's model folder."""
 
+    tokenizer: Any    # the local tokenizer (None: an api model, conversations go as messages)
+
+    @property
+    def model(self) -> Any:
+        """The torch model it generates with (None: a remote one)."""
+
     @classmethod
     def load(cls, folder: Path | str, model_cfg: ModelLike) -> "Backend": ...
 
@@ -93,7 +99,6 @@ def backend(name: str, section: Section | None = None) -> Callable[[type], type]
     """A backend in one file: register the decorated class as backend ``name``, its settings (if
     any) ``section`` under ``model``."""
     def register(cls: type) -> type:
-        cls.config_section = section
         declare_backend(name, cls, section)
         return cls
     return register
@@ -103,7 +108,6 @@ def implements(name: str) -> Callable[[type], type]:
     """The class of a declared backend, in its body module: ``backend_class`` finds it here."""
     def register(cls: type) -> type:
         kind = BACKENDS[name]
-        cls.config_section = kind.section
         kind.body = cls
         return cls
     return register

@@ -69,7 +69,8 @@ def load(stage_dir: Path | str, model_cfg: ModelLike = None):
     record_weights(path)   # the sha256 of each weight file, in the stage's provenance.json
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True).to(device)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+    model.to(device)   # type: ignore[arg-type]  # transformers types its wrapped Module.to with self twice
     model.eval()
     check_finite(model, stage_dir)
     return model, tokenizer

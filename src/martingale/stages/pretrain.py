@@ -18,7 +18,7 @@ from ..core.settings import (
     omitted_unless,
     setting,
 )
-from ..model.section import ModelConfig
+from ..model.section import ModelSection
 from ..world.section import WorldConfig
 from . import declare
 
@@ -55,5 +55,5 @@ PRETRAIN = declare("pretrain", "source", keys=("world", "model"), questions=Fals
 class PretrainSlice(Protocol):
     """What a pretrain stage's body reads: its slice, typed (config/slices.py builds it from the plan's)."""
     world: WorldConfig
-    model: ModelConfig
+    model: ModelSection
     pretrain: PretrainConfig
