@@ -79,7 +79,7 @@ def test_a_second_process_reads_the_validated_run_configs_without_a_composer(pro
     assert list((proj / runs.RESOLVED_CACHE).glob("*.pkl"))
     second = RunTree.load(proj / "conf")
     assert second._composer is None
-    assert {r: second.resolve(r) for r in second.ids()} == {r: first.resolve(r) for r in first.ids()}
+    assert {r: second.resolved(r) for r in second.ids()} == {r: first.resolved(r) for r in first.ids()}
 
 
 def test_a_changed_knob_is_composed_again_and_a_bad_one_is_refused(proj):
@@ -179,10 +179,10 @@ def test_a_changed_environment_variable_a_config_reads_resolves_again(proj, monk
     cached run configs nor the cached plan may keep the path of the value they were made under."""
     write_run(proj, "big.yaml", "parent: base\nknob: model=llama31_8b\n")
     monkeypatch.setenv("MARTINGALE_WEIGHTS", "/weights/a")
-    assert Plan.load(proj).tree.resolve("big")["model"]["path"] == "/weights/a/Llama-3.1-8B-Instruct"
+    assert Plan.load(proj).tree.resolved("big").model.path == "/weights/a/Llama-3.1-8B-Instruct"
     monkeypatch.setenv("MARTINGALE_WEIGHTS", "/weights/b")
-    assert RunTree.load(proj / "conf").resolve("big")["model"]["path"] == "/weights/b/Llama-3.1-8B-Instruct"
-    assert Plan.load(proj).tree.resolve("big")["model"]["path"] == "/weights/b/Llama-3.1-8B-Instruct"
+    assert RunTree.load(proj / "conf").resolved("big").model.path == "/weights/b/Llama-3.1-8B-Instruct"
+    assert Plan.load(proj).tree.resolved("big").model.path == "/weights/b/Llama-3.1-8B-Instruct"
 
 
 def test_a_code_change_plans_again(proj, monkeypatch):

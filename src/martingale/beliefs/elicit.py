@@ -66,7 +66,7 @@ def judge_needed(elicit: Any) -> bool:
     return elicit.mode == "samemode" and get_reader(elicit.judge).needs_judge
 
 
-def probe_prompts(questions: list[Question], n: int = 4, prompts_cfg: dict[str, Any] | None = None,
+def probe_prompts(questions: list[Question], n: int = 4, prompts_cfg: object = None,
                   tokenizer: Any = None) -> list[str]:
     """Fixed prompts a backend guard scores (parity, adapter applied): the first n questions' traces."""
     ask = Prompts(prompts_cfg, tokenizer)

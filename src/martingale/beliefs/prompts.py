@@ -52,7 +52,7 @@ def cut_words(trace: str, fraction: float) -> str:
 class Prompts:
     """Renders the reasoned, snap and judge prompts of one prompt set for one tokenizer."""
 
-    def __init__(self, prompts_cfg: Any, tokenizer: Any = None):
+    def __init__(self, prompts_cfg: object, tokenizer: Any = None):
         self.cfg: PromptsConfig = prompts_section(prompts_cfg)
         self.tokenizer = tokenizer
         self.embedded = self.cfg.name == EMBEDDED

@@ -41,7 +41,7 @@ class ReadContext:
     world: SyntheticWorld
     judge: Any = None            # the judge model's backend (model.backend), for readers that need one
     batch_size: int = 512
-    config: dict = field(default_factory=dict)      # the stage's config (readers with settings: judge.*)
+    config: object = field(default_factory=dict)    # the stage's config, typed or a mapping (readers with settings: judge.*)
     services: dict = field(default_factory=dict)    # clients readers opened (ctx.service)
 
     def section(self, key: str) -> Any:

@@ -5,11 +5,11 @@ checked when a run is composed, after each key's domain (config/schema.py).
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ..core.settings import InChoices
-from ..core.typed import section_of, typed
 from ..episodes import episode_problem
 from ..episodes.section import simulate_section
 from ..model.backend import backends
@@ -18,11 +18,12 @@ from ..rewards import rewards
 from ..stages import uses_key
 from ..world import worlds
 from ..world.questions import config_problem
-from ..world.section import world_section
-from .schema import ROLE_MODELS, STEPS, config_class, domain_key, domains, model_class
+from ..world.section import WorldConfig
+from .schema import ROLE_MODELS, domain_key, domains, model_class, run_config
+from .sections import ModelConfig, RunConfig
 
 # Rules across keys, each (the key named in the error, what must hold of the typed config, why).
-RELATIONS: tuple[tuple[str, Any, str], ...] = (
+RELATIONS: tuple[tuple[str, Callable[[RunConfig], bool], str], ...] = (
     ("world.n_heldout",
      lambda c: c.world.n_train + c.world.n_heldout <= c.world.n_clue_types ** c.world.clues_per_question,
      "n_train + n_heldout is more than the n_clue_types ** clues_per_question distinct questions"),
@@ -33,25 +34,24 @@ RELATIONS: tuple[tuple[str, Any, str], ...] = (
      lambda c: c.model.distributed.ranks % c.model.distributed.nodes == 0,
      "does not divide model.distributed.ranks (every node runs as many ranks)"),
     ("model.distributed.ranks",
-     lambda c: _gpus_needed(c.model) <= int(c.model.resources.gpus or 0) or _gpus_needed(c.model) == 0,
+     lambda c: _gpus_needed(c.model) <= c.model.resources.gpus or _gpus_needed(c.model) == 0,
      "a node's ranks (one GPU each) and, with backend vllm, its server's tensor_parallel_size on the first node "
      "need more GPUs than model.resources.gpus (a node's)"),
 )
 
 
-def _gpus_needed(model: Any) -> int:
+def _gpus_needed(model: ModelConfig) -> int:
     """GPUs a ranked stage on a GPU model needs on its first node (0: a CPU model or one rank)."""
-    ranks, nodes = int(model.distributed.ranks), int(model.distributed.nodes)
-    if ranks == 1 or not int(model.resources.gpus or 0):
+    ranks, nodes = model.distributed.ranks, model.distributed.nodes
+    if ranks == 1 or not model.resources.gpus:
         return 0
     server = model.backend == "vllm" and not model.server_url
     return ranks // nodes + (tensor_parallel_size(model) if server else 0)
 
 
-def questions_file_problem(cfg: dict, root: Optional[Path]) -> Optional[str]:
+def questions_file_problem(w: WorldConfig, root: Optional[Path]) -> Optional[str]:
     """world=jsonl: the file must exist, be valid and hold the questions the splits ask for (a
     relative path is read from the project ``root``, as the stages read it)."""
-    w = world_section(cfg["world"])
     known = worlds().get(w.name)
     if known is None or not known.reads_file:
         return None
@@ -64,7 +64,7 @@ def questions_file_problem(cfg: dict, root: Optional[Path]) -> Optional[str]:
         st = path.stat()
     except OSError:
         return f"{path}: file: not found (`martingale questions export-synthetic` writes one)"
-    return _cached_questions_problem(str(path), st.st_mtime_ns, st.st_size, int(w.n_train), int(w.n_heldout))
+    return _cached_questions_problem(str(path), st.st_mtime_ns, st.st_size, w.n_train, w.n_heldout)
 
 
 # (path, mtime_ns, size, n_train, n_heldout) -> the problem found (None: fine). The cached plan
@@ -80,30 +80,29 @@ def _cached_questions_problem(path: str, mtime_ns: int, size: int, n_train: int,
     return QUESTIONS_CHECKED[key]
 
 
-def _episode_reward_problem(run: Any, cfg: dict, root: Optional[Path]) -> Optional[tuple[str, str]]:
+def _episode_reward_problem(run: RunConfig, root: Optional[Path]) -> Optional[tuple[str, str]]:
     """A reward that reads an episode's trajectory (rewards.EPISODE_INPUTS) belongs on an instructor
     stage: a train stage's rollouts have no episode."""
-    for name in STEPS:
-        st = getattr(run.stages, name)
-        r = rewards().get(st.reward)
+    for name, st in run.stages.steps().items():
+        r = rewards().get(st.reward) if st.reward is not None else None
         if r is not None and r.episodic and st.kind != "instructor":
             return (f"stages.{name}.reward", f"{r.name} scores a two-agent episode: only an instructor stage "
                     f"has one (stages.{name}.kind is {st.kind})")
     return None
 
 
-def _episodes_prompts_problem(run: Any, cfg: dict, root: Optional[Path]) -> Optional[tuple[str, str]]:
+def _episodes_prompts_problem(run: RunConfig, root: Optional[Path]) -> Optional[tuple[str, str]]:
     """Two-agent episodes run in the embedded format, or between chat models with a prompt set's
     episode prompts (conf/prompts/c2.yaml): each mode needs its instructor prompt; a trained
     instructor is a local model; each role's model keys must be model keys;
     an api role plays with the verbal read (an endpoint gives no prefilled next-token log-probs),
     and a run's own model is never an api (it is read and trained through token log-probs)."""
-    episode, sim = run.prompts.episode, simulate_section(section_of(run, "simulate"))
+    episode, sim = run.prompts.episode, simulate_section(run.extension("simulate"))
     if run.model.backend == "api":
         return ("model.backend", "api plays a two-agent episode's role only (simulate.human_model / "
                 "instructor_model): a run's own model is read and trained through token log-probs (hf or vllm)")
     roles = [r for r in ROLE_MODELS if getattr(sim, r.split(".")[1]) is not None]
-    plays = uses_key(cfg, "simulate")   # a kind in its chain plays episodes: simulate, instructor
+    plays = uses_key(run, "simulate")   # a kind in its chain plays episodes: simulate, instructor
     if roles and (not episode or not plays):
         return (roles[0], "a role's model plays chat episodes only (eval.kind=simulate with a prompt set that "
                 "has episode prompts, e.g. prompts=c2)")
@@ -120,10 +119,10 @@ def _episodes_prompts_problem(run: Any, cfg: dict, root: Optional[Path]) -> Opti
     if not plays:
         return None
     over = sim.instructor_model or {}
-    if episode and uses_key(cfg, "instructor") and over.get("backend", run.model.backend) == "api":
+    if episode and uses_key(run, "instructor") and over.get("backend", run.model.backend) == "api":
         return ("simulate.instructor_model", "an instructor stage trains a local model (hf or vllm, LoRA): "
                 "an api instructor returns text, not token log-probs")
-    return episode_problem(cfg)
+    return episode_problem(run)
 
 
 def _model_override_problem(role: str, over: dict) -> Optional[tuple[str, str]]:
@@ -150,7 +149,7 @@ def _model_override_problem(role: str, over: dict) -> Optional[tuple[str, str]]:
     return None
 
 
-def _forced_read_problem(run: Any, cfg: dict, root: Optional[Path]) -> Optional[tuple[str, str]]:
+def _forced_read_problem(run: RunConfig, root: Optional[Path]) -> Optional[tuple[str, str]]:
     """elicit.read=forced reads the answer's next-token distribution after the prompt set's
     prefix: the prompt set must have one (for a judge read too), and an api judge gives none."""
     if run.elicit.read != "forced":
@@ -171,25 +170,26 @@ def _forced_read_problem(run: Any, cfg: dict, root: Optional[Path]) -> Optional[
     return None
 
 
-# Checks whose message depends on what they find: (key, check(typed config, its mapping, project root)
+# Checks whose message depends on what they find: (key, check(typed config, project root)
 # -> why, (key, why) or None).
-CHECKS: tuple[tuple[str, Any], ...] = (
-    ("world.questions_file", lambda run, cfg, root: questions_file_problem(cfg, root)),
+Check = Callable[[RunConfig, Optional[Path]], "str | tuple[str, str] | None"]
+CHECKS: tuple[tuple[str, Check], ...] = (
+    ("world.questions_file", lambda run, root: questions_file_problem(run.world, root)),
     ("stages.*.reward", _episode_reward_problem),
     ("prompts.name", _episodes_prompts_problem),
     ("elicit.read", _forced_read_problem),
 )
 
 
-def relation_problem(cfg: dict, root: Optional[Path] = None) -> tuple[str, str] | None:
+def relation_problem(cfg: RunConfig | Mapping[str, object], root: Optional[Path] = None) -> tuple[str, str] | None:
     """The first cross-key rule (RELATIONS, then CHECKS) the resolved config breaks: (key, why), else None."""
-    run = typed(config_class(), cfg, "config")
+    run = run_config(cfg, "config")
     for key, holds, why in RELATIONS:
         if not holds(run):
             return key, why
     for key, check in CHECKS:
-        why = check(run, cfg, root)
-        if why:
-            return why if isinstance(why, tuple) else (key, why)   # a check may name the exact key
+        found = check(run, root)
+        if found:
+            return found if isinstance(found, tuple) else (key, found)   # a check may name the exact key
     return None
 

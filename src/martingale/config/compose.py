@@ -104,7 +104,7 @@ def compose_cfg(overrides: list[str], conf_dir: Path | str) -> DictConfig:
         raise _hydra_error(e, list(overrides)) from None
 
 
-_COMPOSE_CACHE: dict[tuple[str, tuple[str, ...]], dict] = {}
+_COMPOSE_CACHE: dict[tuple[str, int, tuple[str, ...]], dict[str, Any]] = {}
 
 
 def compose(overrides: Iterable[str], conf_dir: Path | str) -> dict:
@@ -278,7 +278,7 @@ class Composer:
         for text in overrides:
             ov = self.parse(text)
             if ov.key_or_group in self.groups:
-                groups[ov.key_or_group] = ov.value()
+                groups[ov.key_or_group] = str(ov.value())
             else:
                 keys.append(text)
         return tuple(sorted(groups.items())), keys

@@ -9,6 +9,8 @@ import os
 import re
 from pathlib import Path
 
+from .schema import shape
+
 ENV_REFERENCE = re.compile(rb"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)")
 ConfFiles = list[tuple[Path, bytes]]
 
@@ -58,7 +60,7 @@ def code_digest() -> str:
 
 
 def code_and_versions() -> list[str]:
-    """What composes and validates a config besides conf/: the package's code (code_digest),
-    Hydra's and OmegaConf's versions."""
+    """What composes and validates a config besides conf/: the package's code (code_digest), the
+    schema's keys with the extensions registered now, Hydra's and OmegaConf's versions."""
     from importlib.metadata import version
-    return [code_digest(), version("hydra-core"), version("omegaconf")]
+    return [code_digest(), hashlib.sha256(shape().encode()).hexdigest(), version("hydra-core"), version("omegaconf")]

@@ -94,10 +94,10 @@ class DuplicateKeyError(yaml.YAMLError):
         super().__init__(f"duplicate key {key!r} (lines {first_line} and {line})")
 
 
-class _StrictLoader(_BaseLoader):  # type: ignore[misc, valid-type]
+class _StrictLoader(_BaseLoader):
     """The safe (C when available) loader, but a key given twice in one mapping is an error."""
 
-    def construct_mapping(self, node, deep=False):  # type: ignore[override]
+    def construct_mapping(self, node, deep=False):
         seen: dict[tuple[str, str], int] = {}
         for key_node, _ in node.value:
             if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":

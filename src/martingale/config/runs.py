@@ -6,15 +6,17 @@ ancestors' knobs, root first (:meth:`RunTree.overrides`).
 """
 from __future__ import annotations
 
-import copy
+import dataclasses
 import hashlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from ..store.files import read_pickle, write_pickle
 from .checks import questions_file_problem
 from .compose import ComposeError, Composer
 from .digest import code_and_versions, conf_digest, conf_files, env_digest
+from .schema import run_config
+from .sections import RunConfig
 
 if TYPE_CHECKING:  # Hydra is imported only when configs are composed (the table never does)
     from .compose import Composer
@@ -41,7 +43,7 @@ class RunTree:
         self.conf_dir = Path(conf_dir)
         self.specs = specs
         self._composer: Composer | None = None
-        self._resolved: dict[str, dict] = {}
+        self._resolved: dict[str, RunConfig] = {}
 
     # ---------------------------------------------------------------- loading
     @classmethod
@@ -108,7 +110,7 @@ class RunTree:
             self.check_questions()
             return
         for run_id in sorted(self.specs):
-            self.resolve(run_id)
+            self.resolved(run_id)
         if self._cache_path() == path:
             write_pickle(path, self._resolved, RESOLVED_KEPT)
 
@@ -117,7 +119,7 @@ class RunTree:
         file (world.questions_file) is still there and still fits its world."""
         root = self.conf_dir.resolve().parent
         for run_id in sorted(self.specs):
-            why = questions_file_problem(self._resolved[run_id], root)
+            why = questions_file_problem(self._resolved[run_id].world, root)
             if why:
                 raise self._err(run_id, "world.questions_file", why)
 
@@ -152,30 +154,30 @@ class RunTree:
         """The knobs from the root down: the run's config = config.yaml + these, in order."""
         return [s.knob for s in self.lineage(run_id) if s.knob is not None]
 
-    def resolve(self, run_id: str) -> dict:
-        """The run's validated config, composed once and cached: shared, so never modified
-        (``resolved_config`` gives a copy)."""
+    def resolved(self, run_id: str) -> RunConfig:
+        """The run's validated config, typed, composed once and cached: shared, so never modified
+        (``resolved_config`` gives a copy as JSON)."""
         resolved = self._resolved.get(run_id)
         if resolved is not None:
             return resolved
         spec = self.specs[run_id]
-        parent_cfg = self.resolve(spec.parent) if spec.parent is not None else None
+        parent_cfg = self.resolved(spec.parent) if spec.parent is not None else None
         overrides = self.overrides(run_id)
 
         try:
             if spec.knob is not None:
                 self.composer.parse(spec.knob)  # knob-level errors (parse, group option) first
-            resolved = self.composer.compose(overrides)
+            resolved = run_config(self.composer.compose(overrides), run_id)
         except ComposeError as e:
             raise self._err(run_id, e.key, e.reason) from None
-        if parent_cfg is not None and resolved == parent_cfg:
+        if parent_cfg is not None and spec.knob is not None and resolved == parent_cfg:
             key = self.composer.parse(spec.knob).key_or_group
             raise self._err(run_id, key, f"no-op knob: {spec.knob!r} leaves the config of parent "
                                          f"{spec.parent!r} unchanged")
         self._resolved[run_id] = resolved
         return resolved
 
-    def resolved_config(self, run_id: str) -> dict:
-        """The run's full config as a plain dict (a copy: safe to modify)."""
-        return copy.deepcopy(self.resolve(run_id))
+    def resolved_config(self, run_id: str) -> dict[str, Any]:
+        """The run's full config as its JSON, a plain dict (a copy: safe to modify)."""
+        return dataclasses.asdict(self.resolved(run_id))
 

@@ -16,13 +16,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, make_dataclass
 from typing import Any, Optional
 
 from ..beliefs.readers import readers
 from ..core.registry import epoch
-from ..core.settings import SEED, Domain, OneOf, Section, Seeds, section, setting
-from ..core.typed import dataclass_in
+from ..core.settings import Domain, Section, section
+from ..core.typed import dataclass_in, default_of, typed
 from ..episodes import chat, synthetic  # noqa: F401 (their modes)
 from ..episodes.chat import CHAT_MODES
 from ..episodes.synthetic import MODES
@@ -70,7 +71,7 @@ def _declared(registries: int) -> tuple[Declared, ...]:
 
 def _annotation(f: dataclasses.Field) -> Any:
     """The type of a reward's new stage key, from its default (Any where the default is null)."""
-    default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+    default = default_of(f)
     return type(default) if isinstance(default, (bool, int, float, str, list, dict)) else Any
 
 
@@ -90,24 +91,10 @@ def _build(registries: int) -> dict[str, type]:
                                   for d in declared if d.by == "backend"], core.ModelConfig)
     stage = _make("StageConfig", [(key, _annotation(f), f) for key, (_, f) in reward_settings().items()],
                   core.StageConfig)
-    stages = _make("StagesConfig", [(s, stage, section(stage)) for s in STEPS])
-    top = [
-        ("world", core.WorldConfig, section(core.WorldConfig)),
-        ("model", model, section(model)),
-        ("elicit", core.ElicitConfig, section(core.ElicitConfig)),
-        ("start", str, setting("base", OneOf(("base", "D")), "base: the natural model; D: the biased one (distill)")),
-        ("seeds", list[int], setting(None, Seeds(), "one chain per seed, aggregated", factory=lambda: [42])),
-        ("seed_offset", int, setting(0, SEED, "added to every seed of every run: a reseed builds the whole "
-                                              "campaign on other seeds (conf/config.yaml reads $MARTINGALE_SEED_OFFSET)")),
-        ("stages", stages, section(stages)),
-        ("eval", core.EvalConfig, section(core.EvalConfig)),
-        ("prompts", core.PromptsConfig, section(core.PromptsConfig)),
-        ("budget", core.BudgetConfig, section(core.BudgetConfig)),
-        ("wandb", core.WandbConfig, section(core.WandbConfig)),
-        ("store", core.StoreConfig, section(core.StoreConfig)),
-    ]
+    stages = _make("StagesConfig", [(s, stage, section(stage)) for s in STEPS], core.StagesConfig)
+    top: list[tuple[str, Any, Any]] = [("model", model, section(model)), ("stages", stages, section(stages))]
     top += [(d.path, d.section.schema, section(d.section.schema)) for d in declared if d.by != "backend"]
-    return {"Config": _make("Config", top), "ModelConfig": model, "StageConfig": stage, "StagesConfig": stages}
+    return {"Config": _make("Config", top, core.RunConfig), "ModelConfig": model, "StageConfig": stage, "StagesConfig": stages}
 
 
 _DISCOVERED = [False]
@@ -125,9 +112,14 @@ def _registries() -> int:
     return epoch()
 
 
-def config_class() -> type:
-    """The ``Config`` dataclass for the extensions registered now."""
-    return _build(_registries())["Config"]
+def config_class() -> type[core.RunConfig]:
+    """The ``Config`` dataclass for the extensions registered now: RunConfig and their sections."""
+    return typing.cast("type[core.RunConfig]", _build(_registries())["Config"])
+
+
+def run_config(cfg: core.RunConfig | Mapping[str, object], where: str = "") -> core.RunConfig:
+    """A run's resolved config (typed, or its JSON) as the schema's ``Config``."""
+    return typed(config_class(), cfg, where)
 
 
 def model_class() -> type:
@@ -162,6 +154,24 @@ def _domains(registries: int) -> dict[str, Domain]:
                 walk(inner, key + ".")
     walk(config_class(), "")
     return out
+
+
+@functools.lru_cache(maxsize=4)
+def _shape(registries: int) -> str:
+    def walk(cls: type, prefix: str) -> list[str]:
+        hints = typing.get_type_hints(cls)
+        out = []
+        for f in dataclasses.fields(cls):
+            inner = dataclass_in(hints[f.name])
+            out += walk(inner, f"{prefix}{f.name}.") if inner is not None else [f"{prefix}{f.name}"]
+        return out
+    return " ".join(walk(config_class(), ""))
+
+
+def shape() -> str:
+    """Every key of the schema, dotted: what a cached typed config was made with (a cache key; an
+    extension registered in this process changes it)."""
+    return _shape(_registries())
 
 
 def domains() -> dict[str, Domain]:

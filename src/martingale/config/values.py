@@ -52,7 +52,7 @@ def check_choices(resolved: dict, allowed: dict[str, tuple[Any, ...]] | None = N
                 raise ComposeError(key, f"{value!r} is not one of: {shown}")
 
 
-_IN_DOMAIN: set[tuple[str, str, Any]] = set()   # (key, type, value) already found in its domain
+_IN_DOMAIN: set[tuple[int, str, str, Any]] = set()   # (registries, key, type, value) already found in its domain
 
 
 def check_domains(resolved: dict, flat: dict[str, Any] | None = None) -> None:
@@ -61,7 +61,8 @@ def check_domains(resolved: dict, flat: dict[str, Any] | None = None) -> None:
     A (key, value) found good once is not checked again: planning 1,000 runs stays cheap."""
     known = domains()
     for key, value in (flatten(resolved) if flat is None else flat).items():
-        memo = (epoch(), key, type(value).__name__, tuple(value) if isinstance(value, list) else value)
+        memo: tuple[int, str, str, Any] | None = (epoch(), key, type(value).__name__,
+                                                  tuple(value) if isinstance(value, list) else value)
         try:
             if memo in _IN_DOMAIN:
                 continue

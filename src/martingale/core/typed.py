@@ -5,51 +5,57 @@ is an error naming it. Below every layer, so a world or a reader types its own s
 from __future__ import annotations
 
 import dataclasses
-import functools
 import typing
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
+
+T = TypeVar("T")
 
 
-def dataclass_in(annotation: Any) -> Optional[type]:
+def dataclass_in(annotation: object) -> Optional[type]:
     """The dataclass an annotation holds (``Optional[EpisodePromptsConfig]`` too), else None."""
-    if dataclasses.is_dataclass(annotation):
-        return annotation
-    for arg in typing.get_args(annotation):
-        if dataclasses.is_dataclass(arg):
-            return arg
+    for candidate in (annotation, *typing.get_args(annotation)):
+        if isinstance(candidate, type) and dataclasses.is_dataclass(candidate):
+            return candidate
     return None
 
 
-@functools.lru_cache(maxsize=None)
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
 def type_hints(cls: type) -> dict[str, Any]:
     """A dataclass's field types, resolved (its annotations are strings), once per class."""
-    return typing.get_type_hints(cls)
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
 
 
 def _is_float(hint: Any) -> bool:
     return hint is float or (typing.get_origin(hint) is typing.Union and float in typing.get_args(hint))
 
 
-def _default(f: dataclasses.Field) -> Any:
-    return f.default_factory() if f.default is dataclasses.MISSING else f.default   # type: ignore[misc]
+def default_of(f: dataclasses.Field[Any]) -> Any:
+    """A field's declared default (its factory's value for a list or a section)."""
+    if f.default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default
 
 
-def typed(cls: type, value: Any, where: str = "") -> Any:
+def typed(cls: type[T], value: object, where: str = "") -> T:
     """``value`` (a mapping, or a dataclass instance) as an instance of ``cls``: each key of its
     type, a key it lacks at its default; a key ``cls`` does not declare is an error naming it. An
     instance of ``cls`` already is returned as it is."""
     if isinstance(value, cls):
         return value
-    given = value if isinstance(value, Mapping) else {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    given = value if isinstance(value, Mapping) else fields_of(value)
+    fields = {f.name: f for f in dataclasses.fields(typing.cast(Any, cls))}
     unknown = sorted(set(given) - set(fields))
     if unknown:
         raise ValueError(f"{where or cls.__name__}: unknown key {unknown[0]!r}")
     hints = type_hints(cls)
-    out = {}
+    out: dict[str, object] = {}
     for name, f in fields.items():
-        v = given[name] if name in given else _default(f)
+        v = given[name] if name in given else default_of(f)
         inner = dataclass_in(hints[name])
         if inner is not None and v is not None and (isinstance(v, Mapping) or dataclasses.is_dataclass(v)):
             v = typed(inner, v, f"{where}.{name}" if where else name)
@@ -59,15 +65,17 @@ def typed(cls: type, value: Any, where: str = "") -> Any:
     return cls(**out)
 
 
-def section_of(cfg: Any, key: str) -> Any:
+def section_of(cfg: object, key: str) -> Any:
     """The section ``key`` of a config, whether a mapping (a composed config) or typed (a stage's
     slice); None where it has none."""
     return cfg.get(key) if isinstance(cfg, Mapping) else getattr(cfg, key, None)
 
 
-def fields_of(section: Any) -> dict[str, Any]:
+def fields_of(section: object) -> dict[str, Any]:
     """A section's settings by name, one level deep: a typed section's fields, or the mapping's
     keys (a reward binds its parameters from either)."""
     if dataclasses.is_dataclass(section) and not isinstance(section, type):
         return {f.name: getattr(section, f.name) for f in dataclasses.fields(section)}
-    return dict(section)
+    if isinstance(section, Mapping):
+        return dict(section)
+    raise TypeError(f"not a section: {section!r}")

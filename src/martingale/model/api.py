@@ -17,7 +17,7 @@ from ..core.errors import StageError
 from ..core.typed import section_of
 from .api_client import ApiClient, choice_text
 from .backend import implements
-from .section import WHERE, model_section
+from .section import WHERE, ModelLike, model_section
 
 NO_TOKENS = ("model.backend=api returns chat text, not token ids or log-probs: it plays an episode's role "
              "(simulate.human_model / instructor_model) with elicit.read=verbal; train, evaluate and the "
@@ -30,12 +30,12 @@ class ApiBackend:
 
     tokenizer = None     # no local tokenizer: conversations go as messages
 
-    def __init__(self, model_cfg: dict[str, Any], where: str = "model.api"):
+    def __init__(self, model_cfg: ModelLike, where: str = "model.api"):
         self.cfg = model_section(model_cfg)
         self.client = ApiClient(self.cfg.api, where)
 
     @classmethod
-    def load(cls, folder: Path | str, model_cfg: dict[str, Any]) -> "ApiBackend":
+    def load(cls, folder: Path | str, model_cfg: ModelLike) -> "ApiBackend":
         return cls(model_cfg, str(section_of(model_cfg, WHERE) or "model.api"))
 
     @property

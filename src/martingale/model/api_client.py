@@ -113,7 +113,7 @@ class ApiClient:
         import requests  # here, not at the top: the schema imports this module at every plan
         self.http = requests.Session()
         for scheme in ("http://", "https://"):   # a connection per request in flight
-            self.http.mount(scheme, requests.adapters.HTTPAdapter(pool_maxsize=max(10, int(cfg.concurrency))))
+            self.http.mount(scheme, requests.adapters.HTTPAdapter(pool_maxsize=max(10, cfg.concurrency)))
         if key:
             self.http.headers["Authorization"] = f"Bearer {key}"
 
@@ -145,11 +145,11 @@ class ApiClient:
         if answer is not None:
             self._count("cache_hits")
             return answer
-        retries, last = int(self.cfg.retries), Retry("no try")
+        retries, last = self.cfg.retries, Retry("no try")
         for attempt in range(retries + 1):
             if attempt:
                 self._count("retries")
-                time.sleep(wait_before(attempt, float(self.cfg.backoff_s), last.wait_s))
+                time.sleep(wait_before(attempt, self.cfg.backoff_s, last.wait_s))
             self._count("calls")
             try:
                 answer = files.redact(read(self._post(path, body)))
@@ -189,7 +189,7 @@ class ApiClient:
 
     def request_all(self, path: str, bodies: list[dict[str, Any]], read: Callable[[Any], str]) -> list[Optional[str]]:
         """Answers in order, ``concurrency`` requests in flight."""
-        with ThreadPoolExecutor(max_workers=max(1, int(self.cfg.concurrency))) as pool:
+        with ThreadPoolExecutor(max_workers=max(1, self.cfg.concurrency)) as pool:
             return list(pool.map(lambda b: self.request(path, b, read), bodies))
 
     def failure(self) -> str:
@@ -210,7 +210,7 @@ def _read_by(r: requests.Response, deadline: float, limit: float) -> bytes:
     """The response's body, read as it arrives until ``deadline`` (time.monotonic): each socket
     read may wait only for the time left, so a reply trickled a byte at a time is cut there."""
     sock = getattr(getattr(r.raw, "connection", None), "sock", None)
-    chunks = []
+    chunks: list[bytes] = []
     while True:
         left = deadline - time.monotonic()
         if left <= 0:

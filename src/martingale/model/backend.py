@@ -25,14 +25,21 @@ if TYPE_CHECKING:
     import torch
 
     from .generate import Batch
+    from .section import ModelLike
 
 
 @runtime_checkable
 class Backend(Protocol):
     """What the stages need from a model; ``load`` (a classmethod) opens a stage's model folder."""
 
+    tokenizer: Any    # the local tokenizer (None: an api model, conversations go as messages)
+
+    @property
+    def model(self) -> Any:
+        """The torch model it generates with (None: a remote one)."""
+
     @classmethod
-    def load(cls, folder: Path | str, model_cfg: dict[str, Any]) -> "Backend": ...
+    def load(cls, folder: Path | str, model_cfg: ModelLike) -> "Backend": ...
 
     def sample(self, prompts: list[str], max_new_tokens: int, temperature: float, seed: int) -> "Batch":
         """One completion per prompt (temperature 0 = greedy), seeded for determinism."""
@@ -92,7 +99,6 @@ def backend(name: str, section: Section | None = None) -> Callable[[type], type]
     """A backend in one file: register the decorated class as backend ``name``, its settings (if
     any) ``section`` under ``model``."""
     def register(cls: type) -> type:
-        cls.config_section = section
         declare_backend(name, cls, section)
         return cls
     return register
@@ -102,7 +108,6 @@ def implements(name: str) -> Callable[[type], type]:
     """The class of a declared backend, in its body module: ``backend_class`` finds it here."""
     def register(cls: type) -> type:
         kind = BACKENDS[name]
-        cls.config_section = kind.section
         kind.body = cls
         return cls
     return register
@@ -123,7 +128,7 @@ def backend_sections() -> dict[str, Section]:
     return {name: kind.section for name, kind in backends().items() if kind.section is not None}
 
 
-def backend_class(model_cfg: Any) -> type:
+def backend_class(model_cfg: ModelLike) -> type[Backend]:
     """The class of the backend ``model.backend`` names (its module imported now)."""
     name = section_of(model_cfg, "backend")
     if name not in backends():
@@ -131,16 +136,17 @@ def backend_class(model_cfg: Any) -> type:
     kind = BACKENDS[name]
     if isinstance(kind.body, str):
         importlib.import_module(kind.body)          # its @implements sets kind.body to the class
+    assert isinstance(kind.body, type), name
     return kind.body
 
 
-def open_model(folder: Path | str, model_cfg: dict[str, Any]) -> Backend:
+def open_model(folder: Path | str, model_cfg: ModelLike) -> Backend:
     """The model in a stage folder (or a local HF folder), behind the configured backend."""
     return backend_class(model_cfg).load(folder, model_cfg)
 
 
 @contextmanager
-def open_models(model: Path | str, judge: Path | str, model_cfg: dict[str, Any],
+def open_models(model: Path | str, judge: Path | str, model_cfg: ModelLike,
                 judge_needed: bool) -> Iterator[tuple[Backend, Backend | None]]:
     """A stage's model and its judge (None when its reader needs none) behind the configured
     backend, closed when the stage is done; a judge in the model's own folder is the same backend

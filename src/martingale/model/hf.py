@@ -9,7 +9,7 @@ import torch
 from .backend import chat_by_template, implements
 from .generate import Batch, greedy_next, next_token_logprobs, sample, token_logprobs
 from .load import load
-from .section import model_section
+from .section import ModelLike, model_section
 
 
 @implements("hf")
@@ -22,8 +22,9 @@ class HFBackend:
         self.batch_size = batch_size    # model.generate_batch: prompts a generate call at most, by length (0 = all)
 
     @classmethod
-    def load(cls, folder: Path | str, model_cfg: dict[str, Any]) -> "HFBackend":
-        return cls(*load(folder, model_cfg), batch_size=int(model_section(model_cfg).generate_batch or 0))
+    def load(cls, folder: Path | str, model_cfg: ModelLike) -> "HFBackend":
+        model, tokenizer = load(folder, model_cfg)
+        return cls(model, tokenizer, batch_size=model_section(model_cfg).generate_batch)
 
     def sample(self, prompts: list[str], max_new_tokens: int, temperature: float, seed: int) -> "Batch":
         return sample(self.model, self.tokenizer, prompts, max_new_tokens, temperature, seed, self.batch_size)

@@ -2,28 +2,27 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from ..core.errors import StageError
 from ..store.provenance import record_weights
-from .section import model_section
+from .section import ModelLike, model_section
 
 
-def build_tiny(model_cfg: Any, tokenizer) -> LlamaForCausalLM:
+def build_tiny(model_cfg: ModelLike, tokenizer) -> LlamaForCausalLM:
     """A Llama-architecture causal LM sized by the model config (untied embeddings: D's LoRA
     adapts the input and output embeddings separately)."""
     m = model_section(model_cfg)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=int(m.hidden_size),
-        intermediate_size=int(m.intermediate_size),
-        num_hidden_layers=int(m.num_layers),
-        num_attention_heads=int(m.num_heads),
-        num_key_value_heads=int(m.num_heads),
-        max_position_embeddings=int(m.max_length),
+        hidden_size=m.hidden_size,
+        intermediate_size=m.intermediate_size,
+        num_hidden_layers=m.num_layers,
+        num_attention_heads=m.num_heads,
+        num_key_value_heads=m.num_heads,
+        max_position_embeddings=m.max_length,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -37,18 +36,18 @@ def model_dir(stage_dir: Path | str) -> Path:
     return Path(stage_dir) / "model"
 
 
-def placement(model_cfg: Any) -> tuple[torch.device, torch.dtype]:
+def placement(model_cfg: ModelLike) -> tuple[torch.device, torch.dtype]:
     """(device, dtype) from ``model.device`` and ``model.dtype``: ``auto`` puts the model on CUDA
     when a GPU is visible, and ``dtype: auto`` is bfloat16 there and float32 on a CPU. Asking for
     CUDA where there is none fails the stage (it would otherwise run on the CPU for days)."""
     m = model_section(model_cfg)
-    want = str(m.device)
+    want = m.device
     has_cuda = torch.cuda.is_available()
     if want == "cuda" and not has_cuda:
         raise StageError("model.device=cuda but torch sees no CUDA device on this machine "
                          "(set model.device=auto or cpu, or run the stage on a GPU node)")
     device = torch.device("cuda" if want == "cuda" or (want == "auto" and has_cuda) else "cpu")
-    name = str(m.dtype)
+    name = m.dtype
     if name == "auto":
         name = "bfloat16" if device.type == "cuda" else "float32"
     return device, getattr(torch, name)
@@ -60,7 +59,7 @@ def describe(model) -> dict[str, str]:
     return {"device": str(p.device), "dtype": str(p.dtype).removeprefix("torch.")}
 
 
-def load(stage_dir: Path | str, model_cfg: dict[str, Any] | None = None):
+def load(stage_dir: Path | str, model_cfg: ModelLike = None):
     """(model, tokenizer) from a stage folder or a local HF folder — the path that loads an 8B
     model — on the device and in the dtype ``placement`` picks."""
     path = Path(stage_dir)
@@ -70,7 +69,8 @@ def load(stage_dir: Path | str, model_cfg: dict[str, Any] | None = None):
     record_weights(path)   # the sha256 of each weight file, in the stage's provenance.json
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True).to(device)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+    model.to(device)   # type: ignore[arg-type]  # transformers types its wrapped Module.to with self twice
     model.eval()
     check_finite(model, stage_dir)
     return model, tokenizer

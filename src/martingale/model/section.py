@@ -29,7 +29,9 @@ from ..core.settings import (
     setting,
 )
 from ..core.typed import typed
+from .api_client import ApiModelConfig
 from .backend import backend_sections
+from .serving import VLLMConfig
 
 
 @dataclass
@@ -98,24 +100,35 @@ class ModelConfig:
 WHERE = "_where"   # a role's model config names its api section for messages (episodes/roles.py)
 
 
+@dataclass
+class ModelSection(ModelConfig):
+    """The ``model`` section as a stage reads it: the core keys, the built-in backends' sections and
+    ``threads``, which the plan derives for a kind whose bytes depend on it (plan.compute_threads)
+    and hashes with the model. A backend declared in its own file adds its section (section_class)."""
+    api: ApiModelConfig = section(ApiModelConfig)
+    vllm: VLLMConfig = section(VLLMConfig)
+    threads: Optional[int] = None
+
+
+ModelLike = ModelConfig | Mapping[str, Any] | None   # a model section typed, or its keys (None: the defaults)
+
+
 @functools.lru_cache(maxsize=4)
-def _section_class(registries: int) -> type:
-    """ModelConfig with every backend's section (``vllm``, ``api``) and ``threads``, which the plan
-    derives for a kind whose bytes depend on it (plan.compute_threads) and hashes with the model."""
-    extra = [(s.key, s.schema, section(s.schema)) for s in backend_sections().values()]
-    extra.append(("threads", Optional[int], dataclasses.field(default=None)))
-    return dataclasses.make_dataclass("ModelSection", extra, bases=(ModelConfig,))
+def _section_class(registries: int) -> type[ModelSection]:
+    have = {f.name for f in dataclasses.fields(ModelSection)}
+    extra = [(s.key, s.schema, section(s.schema)) for s in backend_sections().values() if s.key not in have]
+    return dataclasses.make_dataclass("ModelSection", extra, bases=(ModelSection,)) if extra else ModelSection
 
 
-def section_class() -> type:
+def section_class() -> type[ModelSection]:
     """The ``model`` section's dataclass as a stage's slice and model_section hold it."""
     return _section_class(epoch())
 
 
-def model_section(cfg: Any) -> Any:
+def model_section(cfg: ModelLike) -> ModelSection:
     """``cfg`` (a ``model`` section, typed or its keys; None: the defaults) typed: the core keys and
     each backend's section as attributes (a role's ``_where`` aside)."""
-    if dataclasses.is_dataclass(cfg):
+    if isinstance(cfg, ModelSection):
         return cfg
     given = {k: v for k, v in (cfg or {}).items() if k != WHERE} if isinstance(cfg, Mapping) or cfg is None else cfg
     return typed(section_class(), given, "model")

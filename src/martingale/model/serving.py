@@ -3,7 +3,6 @@ the schema reads them without importing it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from ..core.settings import COUNT, NONNEG, POSITIVE, Args, Int, PathValue, Real, setting
 from ..core.typed import section_of
@@ -30,9 +29,9 @@ class VLLMConfig:
     extra_args: list[str] = setting(None, Args(), "more `vllm serve` flags, verbatim", factory=list)
 
 
-def tensor_parallel_size(model: Any) -> int:
+def tensor_parallel_size(model: object) -> int:
     """The GPUs a model's vLLM server spans: ``model.vllm.tensor_parallel_size``, the schema's
     default where a config has none. The one reader of the key (the plan, the checks, the ranks)."""
     vllm = section_of(model, "vllm")
     value = section_of(vllm, "tensor_parallel_size") if vllm is not None else None
-    return int(value) if value is not None else int(VLLMConfig.tensor_parallel_size)
+    return int(value) if value is not None else VLLMConfig.tensor_parallel_size

@@ -29,7 +29,7 @@ from .backend import chat_by_template, implements
 from .generate import Batch, batch_from_ids
 from .hf import HFBackend
 from .load import model_dir
-from .section import model_section
+from .section import ModelLike, model_section
 from .vllm_server import Server, _stage_error
 
 SEED_STRIDE = 100_003   # request i of a batch sampled with seed s uses seed s·100003 + i
@@ -47,11 +47,11 @@ class VLLMBackend:
     """Samples and greedy reads through a vLLM server; log-probs and the parity reference from
     the same weights in torch (``local``, an HFBackend, also the one a training stage updates)."""
 
-    def __init__(self, server: Server, local: HFBackend, model_cfg: dict[str, Any],
+    def __init__(self, server: Server, local: HFBackend, model_cfg: ModelLike,
                  base_reads: dict | None = None):
         self.server, self.local, self.cfg = server, local, model_section(model_cfg)
         self.tokenizer = local.tokenizer
-        self.base_name = self.served = str(self.cfg.name)
+        self.base_name = self.served = self.cfg.name
         self.base_reads = {} if base_reads is None else base_reads   # _base_greedy's, one per server
 
     @property
@@ -59,16 +59,16 @@ class VLLMBackend:
         return self.local.model
 
     @classmethod
-    def load(cls, folder: Path | str, model_cfg: dict[str, Any]) -> "VLLMBackend":
-        model_cfg = model_section(model_cfg)
-        local = HFBackend.load(folder, model_cfg)
+    def load(cls, folder: Path | str, model_cfg: ModelLike) -> "VLLMBackend":
+        m = model_section(model_cfg)
+        local = HFBackend.load(folder, m)
         path = model_dir(folder) if model_dir(folder).is_dir() else Path(folder)
-        if model_cfg.server_url:
-            server = Server(model_cfg.server_url, model_cfg)
-            server.wait_ready(float(model_cfg.vllm.startup_timeout_s))
+        if m.server_url:
+            server = Server(m.server_url, m)
+            server.wait_ready(m.vllm.startup_timeout_s)
         else:
-            server = Server.start(path, model_cfg)
-        return cls(server, local, model_cfg)
+            server = Server.start(path, m)
+        return cls(server, local, m)
 
     def with_model(self, model: Any) -> "VLLMBackend":
         """The same server, log-probs from ``model`` (a peft policy on this backend's weights)."""
@@ -146,7 +146,7 @@ class VLLMBackend:
         """Serve the LoRA policy ``model`` being trained: save its adapter to ``folder``, (re)load
         it in the server as ``policy``, and check the server applies it; after optimizer step
         ``step``, only every ``vllm.reload_every`` steps (None: now)."""
-        if step is not None and (step + 1) % int(self.cfg.vllm.reload_every) != 0:
+        if step is not None and (step + 1) % self.cfg.vllm.reload_every != 0:
             return
         model.save_pretrained(folder)
         self.load_adapter("policy", folder)
@@ -178,7 +178,7 @@ class VLLMBackend:
 
         if not probes:
             raise _stage_error("backend parity: no probe prompts, the check cannot run")
-        tol = float(self.cfg.vllm.parity_tol)
+        tol = self.cfg.vllm.parity_tol
         greedy = self._base_greedy(probes, tokens)
         theirs = [ids for ids, _ in greedy]
         served = batch_from_ids(self.tokenizer, self._ids(probes), theirs)
@@ -218,11 +218,11 @@ class VLLMBackend:
         the largest |Δ log-prob| of the chosen tokens (inf where a token differs); fails "adapter
         not applied" at or under ``vllm.adapter_floor``. The base's reads are the server's first
         (``_base_greedy``): a check reads the probes through the adapter only."""
-        floor = float(self.cfg.vllm.adapter_floor)
+        floor = self.cfg.vllm.adapter_floor
         with_a, without = self._greedy_logprobs(probes, name), self._base_greedy(probes)
-        gaps = [float("inf") if ids_a != ids_b else max((abs(a - b) for a, b in zip(lp_a, lp_b)), default=None)
-                for (ids_a, lp_a), (ids_b, lp_b) in zip(with_a, without)]
-        gaps = [g for g in gaps if g is not None]
+        found = [float("inf") if ids_a != ids_b else max((abs(a - b) for a, b in zip(lp_a, lp_b)), default=None)
+                 for (ids_a, lp_a), (ids_b, lp_b) in zip(with_a, without)]
+        gaps = [g for g in found if g is not None]
         if not gaps:
             raise _stage_error(f"adapter {name}: no log-prob came back to compare, the check cannot run")
         if max(gaps) <= floor:

@@ -33,7 +33,7 @@ from ..core.errors import StageError
 from ..core.threads import THREAD_VARS
 from ..store.provenance import record_server_at
 from .load import placement
-from .section import model_section
+from .section import ModelLike, model_section
 from .serving import tensor_parallel_size
 
 SOCKET_PATH_MAX = 107   # bytes of a Unix socket's path (sockaddr_un.sun_path less its NUL)
@@ -84,7 +84,7 @@ def _listens_on(pid: int, port: int) -> bool:
     return False
 
 
-def server_command(model_dir: Path, model_cfg: dict[str, Any], port: int) -> list[str]:
+def server_command(model_dir: Path, model_cfg: ModelLike, port: int) -> list[str]:
     """The argv that serves ``model_dir`` under ``model.name`` with LoRA enabled, in the dtype the
     torch copy uses (``model.load.placement``: vLLM's own ``auto`` would serve a float32 model in
     float16, and parity with the torch log-probs would fail)."""
@@ -94,14 +94,14 @@ def server_command(model_dir: Path, model_cfg: dict[str, Any], port: int) -> lis
     return [str(v.python), "-m", "vllm.entrypoints.openai.api_server",
             "--model", str(model_dir), "--served-model-name", str(m.name),
             "--host", "127.0.0.1", "--port", str(port), "--seed", "0",
-            "--dtype", dtype, "--max-model-len", str(int(m.max_length)),
-            "--enable-lora", "--max-lora-rank", str(int(v.max_lora_rank)),
+            "--dtype", dtype, "--max-model-len", str(m.max_length),
+            "--enable-lora", "--max-lora-rank", str(v.max_lora_rank),
             "--tensor-parallel-size", str(tensor_parallel_size(m)),
-            "--gpu-memory-utilization", str(float(v.gpu_memory_utilization)),
+            "--gpu-memory-utilization", str(v.gpu_memory_utilization),
             *[str(a) for a in v.extra_args]]
 
 
-def server_env(model_cfg: dict[str, Any], scratch: str | None = None) -> dict[str, str]:
+def server_env(model_cfg: ModelLike, scratch: str | None = None) -> dict[str, str]:
     """The server's environment: this process's, without the job's thread counts (THREAD_VARS),
     with runtime LoRA loading on, the CPU build's KV cache size and ``scratch`` as its TMPDIR.
     vLLM puts files there that nothing removes once the server is stopped (7 ZeroMQ sockets and
@@ -110,7 +110,7 @@ def server_env(model_cfg: dict[str, Any], scratch: str | None = None) -> dict[st
     compile cache stays where it was (TORCHINDUCTOR_CACHE_DIR), shared by the next start."""
     env = {**{k: v for k, v in os.environ.items() if k not in THREAD_VARS and not _rank_var(k)},
            "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
-           "VLLM_CPU_KVCACHE_SPACE": str(int(model_section(model_cfg).vllm.cpu_kv_cache_gib))}
+           "VLLM_CPU_KVCACHE_SPACE": str(model_section(model_cfg).vllm.cpu_kv_cache_gib)}
     if os.environ.get(SERVER_DEVICES):     # a ranked stage's server: the GPUs after its ranks'
         env["CUDA_VISIBLE_DEVICES"] = os.environ[SERVER_DEVICES]
     if scratch:
@@ -188,17 +188,17 @@ def _sweep_scratch() -> None:
 class Server:
     """One vLLM server: started here (``start``; ``stop`` ends it) or a user's (``model.server_url``)."""
 
-    def __init__(self, url: str, model_cfg: dict[str, Any], proc: subprocess.Popen | None = None,
+    def __init__(self, url: str, model_cfg: ModelLike, proc: subprocess.Popen | None = None,
                  log_path: Path | None = None, scratch: Scratch | None = None):
         self.url, self.proc, self.log_path, self.scratch = url.rstrip("/"), proc, log_path, scratch
         v = model_section(model_cfg).vllm
-        self.timeout, self.retries = float(v.request_timeout_s), int(v.retries)
-        self.concurrency = int(v.concurrency)
+        self.timeout, self.retries = float(v.request_timeout_s), v.retries
+        self.concurrency = v.concurrency
         self.http = requests.Session()   # a connection per request in flight, kept between batches
         self.http.mount("http://", requests.adapters.HTTPAdapter(pool_maxsize=max(10, self.concurrency)))
 
     @classmethod
-    def start(cls, model_dir: Path, model_cfg: dict[str, Any]) -> "Server":
+    def start(cls, model_dir: Path, model_cfg: ModelLike) -> "Server":
         """Serve ``model_dir``; wait until ``/health`` answers (``vllm.startup_timeout_s``)."""
         m = model_section(model_cfg)
         v = m.vllm
@@ -217,7 +217,7 @@ class Server:
                                                stdout=log, stderr=subprocess.STDOUT,
                                                env=server_env(model_cfg, server.scratch.path if server.scratch else None),
                                                preexec_fn=_die_with_parent)
-            server.wait_ready(float(v.startup_timeout_s))
+            server.wait_ready(v.startup_timeout_s)
         except BaseException:
             server.stop()
             raise
@@ -289,14 +289,16 @@ class Server:
         """Stop a server started here: SIGTERM to its process group, SIGKILL after 30 s; then
         remove its TMPDIR (server_env)."""
         self.http.close()
+        proc = self.proc
         try:
-            if self.proc is None or self.proc.poll() is not None:
+            if proc is None or proc.poll() is not None:
                 return
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=30)
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+            assert proc is not None
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
         except ProcessLookupError:
             pass
         finally:

@@ -123,7 +123,7 @@ def durations(plan: Plan, root: Path | str) -> dict[tuple[str, str], list[float]
         for path in sorted(folder.glob("*.benchmark.tsv")):
             stage = plan.stages.get(path.name[: -len(".benchmark.tsv")])
             seconds = read_benchmark(path) if stage is not None and stage.kind == kind else None
-            if seconds is not None:
+            if stage is not None and seconds is not None:
                 out[(kind, model_name(stage))].append(seconds)
     return dict(out)
 

@@ -22,12 +22,11 @@ from typing import Any, NamedTuple, Optional
 from ..config.checks import QUESTIONS_CHECKED
 from ..config.digest import code_and_versions, conf_files, env_digest, tree_digest
 from ..config.runs import RunTree
-from ..config.schema import STEPS, config_class
-from ..core.typed import typed
+from ..config.sections import RunConfig
 from ..stages import StageKind, kinds
 from ..store import STORE, read_index, stage_dir
 from ..store.files import canonical_json, read_pickle, write_pickle, write_text_if_changed
-from .identity import run_identity, run_seeds, sha256_json, stage_id, stage_slice
+from .identity import as_json, run_identity, sha256_json, stage_id, stage_slice
 from .needs import Need, stage_needs, unmet
 from .resources import RESOURCE_KEYS, _resources
 
@@ -37,7 +36,7 @@ class Stage:
     """A planned stage: its kind, id, config slice (what its id hashes), input stage ids and resources."""
     kind: str
     id: str
-    cfg: dict                          # the slice passed to the stage body (and hashed)
+    cfg: dict[str, Any]                # the slice passed to the stage body (and hashed)
     inputs: dict[str, str]             # role (base_model, start_model, judge_model, human_model, model) -> stage id
     resources: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -51,7 +50,7 @@ class RunStage(NamedTuple):
 
 
 
-def _one_kind(place: str, cfg: dict, name: Optional[str] = None) -> StageKind:
+def _one_kind(place: str, cfg: RunConfig, name: Optional[str] = None) -> StageKind:
     """The kind for a place: the one named, else the one whose ``when`` holds for this run."""
     candidates = [k for k in kinds().values() if k.place == place and
                   (k.name == name if name is not None else (k.when is None or k.when(cfg)))]
@@ -73,11 +72,11 @@ class Plan:
         self._chains: dict[str, list[str]] = {}
         self._natural: dict[str, dict[int, str]] = {}   # run id -> seed -> the natural model's eval
         self._labels: dict[str, str] = {}      # stage id -> its role, e.g. "train-s1", "eval-s0"
-        self._runs_info: dict[str, dict] = {}  # run id -> model, start, stage chain, seeds, hash
+        self._runs_info: dict[str, dict[str, Any]] = {}  # run id -> model, start, stage chain, seeds, hash
         self._chain_lengths: Optional[dict[str, int]] = None
         self._priorities: Optional[dict[str, int]] = None
         self._kind_resources: Optional[dict[str, dict[str, Any]]] = None
-        self._identity: dict[str, dict] = {}          # run id -> run_identity of its config (the aggregate's param)
+        self._identity: dict[str, dict[str, Any]] = {}   # run id -> run_identity of its config (the aggregate's param)
         self._stage_needs: dict[str, set[Need]] = {}   # stage id -> its needs, found once (a stage is in many chains)
         for run_id in tree.ids():
             self._plan_run(run_id)
@@ -109,7 +108,7 @@ class Plan:
         return plan
 
     # ---------------------------------------------------------------- building
-    def _add(self, kind: StageKind, cfg: dict, inputs: dict[str, str], label: str,
+    def _add(self, kind: StageKind, cfg: RunConfig, inputs: dict[str, str], label: str,
              step: Optional[str] = None, seed: Optional[int] = None) -> str:
         """Plan one stage: ``inputs`` maps ``model`` (the model upstream), ``judge`` and ``human``
         to ids; the kind's input roles pick from them (``judge_model`` = the judge, ``human_model``
@@ -119,24 +118,23 @@ class Plan:
         slice_ = stage_slice(kind, cfg, step, seed)
         sid = stage_id(kind.name, slice_, roles)
         if sid not in self.stages:
-            self.stages[sid] = Stage(kind.name, sid, slice_, roles, _resources(cfg["model"], kind))
+            self.stages[sid] = Stage(kind.name, sid, slice_, roles, _resources(cfg.model, kind))
             self._labels[sid] = label
         return sid
 
     def _plan_run(self, run_id: str) -> None:
-        cfg = self.tree.resolve(run_id)  # cached, validated; not mutated here: what the ids hash
-        run = typed(config_class(), cfg, run_id)   # the same, typed: what the plan reads
+        run = cfg = self.tree.resolved(run_id)  # cached, validated; never mutated: what the ids hash
         source = _one_kind("source", cfg)
         natural = self._add(source, cfg, {}, source.name)
         chain, steps = [natural], [source.name]
-        starts = [k for k in kinds().values() if k.place == "start" and k.when(cfg)]
+        starts = [k for k in kinds().values() if k.place == "start" and k.when is not None and k.when(cfg)]
         steps += [f"{kind.name}:{run.start}" for kind in starts]
-        trained = [name for name in STEPS if getattr(run.stages, name).reward is not None]
-        steps += [f"{name}:{getattr(run.stages, name).reward}" for name in trained]
+        trained = {name: st for name, st in run.stages.steps().items() if st.reward is not None}
+        steps += [f"{name}:{st.reward}" for name, st in trained.items()]
         measure = _one_kind("measure", cfg, run.eval.kind)
         rows: list[RunStage] = []
         reference: dict[int, str] = {}
-        for seed in run_seeds(cfg):
+        for seed in run.run_seeds():
             s0 = natural
             for kind in starts:          # a start kind (D's distill) per seed where it is per_seed
                 s0 = self._add(kind, cfg, {"model": s0}, f"{kind.name}-{run.start}",
@@ -146,7 +144,7 @@ class Plan:
             current = s0
             for name in ["s0", *trained]:
                 if name != "s0":
-                    step = _one_kind("step", cfg, getattr(run.stages, name).kind)
+                    step = _one_kind("step", cfg, trained[name].kind)
                     current = self._add(step, cfg, {"model": current, "judge": judge, "human": s0},
                                         f"{step.name}-{name}", step=name, seed=seed)
                     chain.append(current)
@@ -154,16 +152,16 @@ class Plan:
                 rows.append(RunStage(name, seed, current, ev))
                 chain.append(ev)
             # the natural model read the same way: "beats the natural base" (its s0 where start=base)
-            reference[int(seed)] = self._add(measure, cfg, {"model": natural, "judge": judge, "human": natural},
+            reference[seed] = self._add(measure, cfg, {"model": natural, "judge": judge, "human": natural},
                                              "eval-natural", seed=seed)
-            chain.append(reference[int(seed)])
+            chain.append(reference[seed])
         self._natural[run_id] = reference
         self._runs[run_id] = rows
         self._chains[run_id] = list(dict.fromkeys(chain))
         self._runs_info[run_id] = {
             "model": run.model.name, "start": run.start, "elicit": run.elicit.mode,
-            "stage_chain": steps, "seeds": run_seeds(cfg),
-            "config_hash": "sha256:" + sha256_json(self.run_identity(run_id)), "wandb": dict(cfg.get("wandb") or {}),
+            "stage_chain": steps, "seeds": run.run_seeds(),
+            "config_hash": "sha256:" + sha256_json(self.run_identity(run_id)), "wandb": as_json(run.wandb),
             "needs": [n.tag for n in self.run_needs(run_id)],
         }
 
@@ -252,14 +250,18 @@ class Plan:
         """Stages if every run built its own chain (no sharing)."""
         return sum(len(self._chains[r]) for r in run_ids)
 
-    def resolved_config(self, run_id: str) -> dict:
+    def resolved(self, run_id: str) -> RunConfig:
+        """The run's resolved config, typed (shared: never modified)."""
+        return self.tree.resolved(run_id)
+
+    def resolved_config(self, run_id: str) -> dict[str, Any]:
+        """The run's resolved config as its JSON (a copy: safe to modify)."""
         return self.tree.resolved_config(run_id)
 
-    def run_identity(self, run_id: str) -> dict:
-        """run_identity of the run's resolved config, computed once (read-only: it shares the
-        tree's cached config; resolved_config gives a copy to modify)."""
+    def run_identity(self, run_id: str) -> dict[str, Any]:
+        """run_identity of the run's resolved config, computed once."""
         if run_id not in self._identity:
-            self._identity[run_id] = run_identity(self.tree.resolve(run_id))
+            self._identity[run_id] = run_identity(self.tree.resolved(run_id))
         return self._identity[run_id]
 
     def lineage(self, run_id: str) -> list[dict]:

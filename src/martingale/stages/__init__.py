@@ -23,6 +23,7 @@ from typing import Any, Callable, Optional
 
 from ..core.registry import Registry
 from ..core.settings import Section
+from .section import RunView
 
 PLACES = ("source", "start", "step", "measure")
 # modules that declare no kind: section.py (the step and eval sections) and body/ (the bodies, imported
@@ -39,7 +40,7 @@ class StageKind:
     keys: tuple[str, ...]
     inputs: tuple[str, ...]
     body: str | Callable[..., Any]                  # the body's module (its ``run``), or a one-file kind's run
-    when: Optional[Callable[[dict], bool]] = None   # source/start: does this run need the kind
+    when: Optional[Callable[[RunView], bool]] = None   # source/start: does this run need the kind
     per_seed: bool = False
     local: bool = False                             # runs on the submitting host, never as a job
     serves: bool = False                            # generates through model.backend (its keys matter)
@@ -59,7 +60,7 @@ _KINDS: Registry = Registry("stage kind")
 
 
 def declare(name: str, place: str, keys: tuple[str, ...], inputs: tuple[str, ...] = (),
-            when: Optional[Callable[[dict], bool]] = None, per_seed: bool = False,
+            when: Optional[Callable[[RunView], bool]] = None, per_seed: bool = False,
             local: bool = False, serves: bool = False, questions: bool = True,
             trains: bool = False, section: Optional[Section] = None,
             body: str | Callable[..., Any] | None = None, ranked: bool = False) -> StageKind:
@@ -92,28 +93,20 @@ def kind_names(place: str) -> tuple[str, ...]:
     return tuple(k.name for k in kinds().values() if k.place == place)
 
 
-def chain_kinds(cfg: dict) -> list[StageKind]:
+def chain_kinds(cfg: RunView) -> list[StageKind]:
     """The kinds of a run's chain, from its resolved config: its source and start kinds (their
     ``when``), the kind of each step with a reward (``stages.<s>.kind``) and its measure
     (``eval.kind``); a name no kind has is skipped (the schema refuses it). What a run uses, so
     what its identity holds: a kind's own section is in it only where the kind is in its chain."""
     every = kinds()
-    out = [k for k in every.values() if k.place in ("source", "start") and _holds(k, cfg)]
-    steps = [st.get("kind") for st in (cfg.get("stages") or {}).values() if (st or {}).get("reward") is not None]
+    out = [k for k in every.values() if k.place in ("source", "start") and k.when is not None and k.when(cfg)]
+    steps = [st.kind for st in cfg.stages.steps().values() if st.reward is not None]
     out += [every[name] for name in steps if name in every and every[name].place == "step"]
-    measure = every.get((cfg.get("eval") or {}).get("kind"))
+    measure = every.get(cfg.eval.kind)
     return out + ([measure] if measure is not None and measure.place == "measure" else [])
 
 
-def _holds(kind: StageKind, cfg: dict) -> bool:
-    """``kind.when(cfg)``; False for a config without the keys it reads (a partial one)."""
-    try:
-        return kind.when is not None and bool(kind.when(cfg))
-    except (KeyError, TypeError, AttributeError):
-        return False
-
-
-def uses_key(cfg: dict, key: str) -> bool:
+def uses_key(cfg: RunView, key: str) -> bool:
     """Whether a kind in the run's chain reads top-level config key ``key`` (its own section, or one
     it names in its keys: the instructor plays episodes with ``simulate``)."""
     return any(key in k.keys for k in chain_kinds(cfg))

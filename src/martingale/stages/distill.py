@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..core.settings import COUNT, LR, NONNEG, POSITIVE, SEED, OneOf, Real, Section, omitted_unless, setting
-from ..model.section import ModelConfig
+from ..model.section import ModelSection
 from ..world.section import WorldConfig
 from . import declare
 
@@ -36,13 +36,13 @@ class DistillConfig:
 
 DISTILL = declare("distill", "start", keys=("world", "model"), inputs=("base_model",), questions=False, trains=True,
                   ranked=True,
-                  per_seed=True, when=lambda cfg: cfg["start"] == "D",
+                  per_seed=True, when=lambda cfg: cfg.start == "D",
                   section=Section("distill", DistillConfig, in_every_run=True))
 
 
 class DistillSlice(Protocol):
     """What a distill stage's body reads: its slice, typed (config/slices.py builds it from the plan's)."""
     world: WorldConfig
-    model: ModelConfig
+    model: ModelSection
     distill: DistillConfig
     seed: int

@@ -6,7 +6,7 @@ from typing import Optional, Protocol
 
 from ..beliefs.api_judge import JudgeConfig
 from ..beliefs.section import ElicitConfig, PromptsConfig
-from ..model.section import ModelConfig
+from ..model.section import ModelSection
 from ..world.section import WorldConfig
 from . import declare
 from .section import EvalConfig
@@ -18,7 +18,7 @@ EVALUATE = declare("evaluate", "measure", keys=("world", "model", "elicit", "eva
 class EvaluateSlice(Protocol):
     """What an evaluate stage's body reads: its slice, typed (config/slices.py builds it from the plan's)."""
     world: WorldConfig
-    model: ModelConfig
+    model: ModelSection
     elicit: ElicitConfig
     eval: EvalConfig
     prompts: PromptsConfig

@@ -8,7 +8,7 @@ from typing import Protocol
 from ..beliefs.section import PromptsConfig
 from ..core.settings import COUNT, NONNEG, POSITIVE, Int, Section, setting
 from ..episodes.section import SimulateConfig
-from ..model.section import ModelConfig
+from ..model.section import ModelSection
 from ..world.section import WorldConfig
 from . import declare
 from .section import StageConfig
@@ -36,7 +36,7 @@ INSTRUCTOR = declare("instructor", "step", keys=("world", "model", "prompts", "s
 class InstructorSlice(Protocol):
     """What an instructor stage's body reads: its slice, typed (config/slices.py builds it from the plan's)."""
     world: WorldConfig
-    model: ModelConfig
+    model: ModelSection
     prompts: PromptsConfig
     simulate: SimulateConfig
     instructor: InstructorConfig

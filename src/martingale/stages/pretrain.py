@@ -18,7 +18,7 @@ from ..core.settings import (
     omitted_unless,
     setting,
 )
-from ..model.section import ModelConfig
+from ..model.section import ModelSection
 from ..world.section import WorldConfig
 from . import declare
 
@@ -48,12 +48,12 @@ class PretrainConfig:
 
 
 PRETRAIN = declare("pretrain", "source", keys=("world", "model"), questions=False, trains=True,
-                   when=lambda cfg: not cfg["model"].get("path"),
+                   when=lambda cfg: not cfg.model.path,
                    section=Section("pretrain", PretrainConfig, in_every_run=True))
 
 
 class PretrainSlice(Protocol):
     """What a pretrain stage's body reads: its slice, typed (config/slices.py builds it from the plan's)."""
     world: WorldConfig
-    model: ModelConfig
+    model: ModelSection
     pretrain: PretrainConfig

@@ -3,8 +3,8 @@ the ``eval`` section (how a measure kind reads every model stage), declared wher
 are; a reward adds its parameters to a step's keys (config/schema.py)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, fields
+from typing import Optional, Protocol
 
 from ..core.settings import (
     COUNT,
@@ -17,8 +17,10 @@ from ..core.settings import (
     InChoices,
     Int,
     OneOf,
+    section,
     setting,
 )
+from ..model.section import ModelConfig
 
 
 @dataclass
@@ -61,3 +63,30 @@ class EvalConfig:
         "constant's Brier 0.25 (the research log's balanced regime)")
     min_parse_rate: float = setting(0.0, FRACTION,
         "an eval whose answers state a P less often fails, quoting some (conf/config.yaml: 0.5)")
+
+
+@dataclass
+class StagesConfig:
+    """The model stages a run may have: each a step, absent while its reward is null."""
+    s1: StageConfig = section(StageConfig)
+    s2: StageConfig = section(StageConfig)
+
+    def steps(self) -> dict[str, StageConfig]:
+        """Each step by name (``s1``, ``s2``), in order."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+class RunView(Protocol):
+    """What a kind's ``when`` and a run's chain read of its resolved config (config.sections.RunConfig)."""
+
+    @property
+    def start(self) -> str: ...
+
+    @property
+    def model(self) -> ModelConfig: ...
+
+    @property
+    def stages(self) -> StagesConfig: ...
+
+    @property
+    def eval(self) -> EvalConfig: ...

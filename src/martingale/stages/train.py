@@ -6,7 +6,7 @@ from typing import Optional, Protocol
 
 from ..beliefs.api_judge import JudgeConfig
 from ..beliefs.section import ElicitConfig, PromptsConfig
-from ..model.section import ModelConfig
+from ..model.section import ModelSection
 from ..world.section import WorldConfig
 from . import declare
 from .section import StageConfig
@@ -18,7 +18,7 @@ TRAIN = declare("train", "step", keys=("world", "model", "elicit", "prompts"), i
 class TrainSlice(Protocol):
     """What a train stage's body reads: its slice, typed (config/slices.py builds it from the plan's)."""
     world: WorldConfig
-    model: ModelConfig
+    model: ModelSection
     elicit: ElicitConfig
     prompts: PromptsConfig
     judge: Optional[JudgeConfig]     # the api reader's section, where elicit.judge=api

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ..model.section import ModelConfig
+from ..model.section import ModelSection
 from . import declare
 
-WEIGHTS = declare("weights", "source", keys=("model",), when=lambda cfg: bool(cfg["model"].get("path")), local=True)
+WEIGHTS = declare("weights", "source", keys=("model",), when=lambda cfg: bool(cfg.model.path), local=True)
 
 
 class WeightsSlice(Protocol):
     """What a weights stage's body reads: its slice, typed (config/slices.py builds it from the plan's)."""
-    model: ModelConfig
+    model: ModelSection

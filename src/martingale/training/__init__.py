@@ -11,4 +11,4 @@ def ranks_of(model: Any) -> tuple[int, str, int]:
     """(ranks, strategy, nodes) of a model section's ``distributed`` (typed, or its keys); its
     defaults, (1, "ddp", 1), where it has none (a stage's slice leaves it out at one rank)."""
     d = model_section(model).distributed
-    return int(d.ranks), str(d.strategy), int(d.nodes)
+    return d.ranks, d.strategy, d.nodes

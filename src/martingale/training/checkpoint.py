@@ -19,6 +19,7 @@ import hashlib
 import json
 import logging
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,7 @@ def folder(out_dir: Path | str) -> Path:
     return out_dir.parent / f".{out_dir.name}.ckpt"
 
 
-def fingerprint(cfg: Any) -> str:
+def fingerprint(cfg: object) -> str:
     """sha256 of the stage's typed config, less the keys that do not change the run."""
     whole = json.loads(files.canonical_json(cfg))      # the typed sections as the mappings they hold
     whole["stage"] = {k: v for k, v in whole["stage"].items() if k not in NOT_FINGERPRINTED}
@@ -62,7 +63,7 @@ def adapter(model) -> dict[str, Any]:
     return {n: p for n, p in model.named_parameters() if p.requires_grad}
 
 
-def save(ckpt: Path, policy, cfg: Any, progress: Progress, epoch_rng: dict) -> None:
+def save(ckpt: Path, policy, cfg: object, progress: Progress, epoch_rng: Mapping[str, Any]) -> None:
     """Write the checkpoint of ``progress`` (``epoch_rng``: the order RNG's state before this
     epoch's permutation), then remove the older ones. On ranks every rank calls it (the adapter and
     the optimizer state are gathered whole) and rank 0 writes."""

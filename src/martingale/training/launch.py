@@ -67,6 +67,7 @@ def launch(kind: str, cfg: dict[str, Any], inputs: dict[str, Path], out_dir: Pat
         cmd = [*launcher(ranks, nodes, env), "-m", "martingale.jobs.rank", str(spec)]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         tail: list[str] = []
+        assert proc.stdout is not None   # stdout=PIPE
         for line in proc.stdout:       # the ranks' output, into this job's log
             sys.stdout.write(line)
             tail = (tail + [line])[-200:]
@@ -94,7 +95,7 @@ def server_devices(model: Any, per_node: int) -> dict[str, str]:
     """Where rank 0's vLLM server runs on a GPU model: the node's GPUs after its ranks' (one each),
     as many as its tensor parallel size ({MARTINGALE_SERVER_DEVICES: ...}; none on a CPU model)."""
     model = model_section(model)
-    gpus = int(model.resources.gpus or 0)
+    gpus = model.resources.gpus
     if not gpus or model.backend != "vllm" or model.server_url:
         return {}
     tp = tensor_parallel_size(model)

@@ -47,7 +47,8 @@ def rollout_loss(policy: Policy, ro, adv: torch.Tensor, beta: float, temperature
     temperature (the distribution the samples came from). Returns (loss, mean k3). With
     ``policy.loss_batch`` (model.loss_batch) the gradient is accumulated here, a few rows at a time
     (``chunked_loss``), and the loss comes back detached."""
-    loss, kl = 0.0, 0.0
+    loss: torch.Tensor | float = 0.0
+    kl: torch.Tensor | float = 0.0
     batches = [ro.trace] + ([ro.snap] if ro.snap is not None else [])
     if policy.loss_batch or ranks.current().many:
         return chunked_loss(policy, batches, adv, beta, temperature)

@@ -120,6 +120,7 @@ def write_trained(out_dir: Path, policy: Policy, start_digest: str, tokenizer, h
 def rebuilt(policy: Policy, weights: dict[str, torch.Tensor]):
     """The policy whole on this rank: the start model loaded again, the same LoRA adapter on it,
     the gathered adapter ``weights`` copied in (FSDP's shards cannot be merged where they lie)."""
+    assert policy.start_model is not None, "an FSDP policy is rebuilt from its start model"
     model, _ = load(policy.start_model, policy.model_cfg)
     whole = lora_model(model, policy.stage, policy.model_cfg)
     params = checkpoint.adapter(whole)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterable
 
 import numpy as np
 import torch
@@ -139,7 +139,7 @@ def barrier() -> None:
         dist.barrier()
 
 
-def full_tensors(named: Iterator[tuple[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+def full_tensors(named: Iterable[tuple[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     """Named tensors whole on every rank (an FSDP shard gathered: a collective), on the CPU."""
     return {n: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().cpu().clone().contiguous()
             for n, p in named}

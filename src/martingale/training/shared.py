@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from ..core.errors import StageError
 from ..model.backend import open_model, open_models
-from ..model.section import model_section
+from ..model.section import ModelLike, model_section
 from . import checkpoint, ranks
 
 SERVED = ("vllm", "api")
@@ -43,7 +43,7 @@ class Shared:
     """One backend across the ranks: generation from rank 0's ``served`` backend, log-probs from this
     rank's ``local`` torch model (None where nothing local is needed: an api role)."""
 
-    def __init__(self, served: Any, local: Any, model_cfg: dict[str, Any]):
+    def __init__(self, served: Any, local: Any, model_cfg: ModelLike):
         self.served, self.local, self.cfg = served, local, model_cfg
         self.tokenizer = getattr(served if served is not None else local, "tokenizer", None)
 
@@ -78,7 +78,7 @@ class Shared:
     def serve_adapter(self, model: Any, folder: Path, probes: list[str], step: int | None = None) -> None:
         """Rank 0 serves the policy's adapter (whole: gathered under FSDP, every rank taking part)
         and checks it applied, as often as ``vllm.reload_every`` says."""
-        every = int(model_section(self.cfg).vllm.reload_every)
+        every = model_section(self.cfg).vllm.reload_every
         if step is not None and (step + 1) % every != 0:
             return
         whole = ranks.full_tensors(checkpoint.adapter(model).items()) if ranks.current().strategy == "fsdp" else None
@@ -98,13 +98,13 @@ class Shared:
                 b.close()
 
 
-def _local_cfg(model_cfg: Any) -> Any:
+def _local_cfg(model_cfg: ModelLike) -> Any:
     """The model config a rank opens its torch copy with: the same model on the hf backend."""
     return dataclasses.replace(model_section(model_cfg), backend="hf")
 
 
 @contextmanager
-def ranked_models(model: Path | str, judge: Path | str, model_cfg: dict[str, Any],
+def ranked_models(model: Path | str, judge: Path | str, model_cfg: ModelLike,
                   judge_needed: bool) -> Iterator[tuple[Any, Any]]:
     """open_models for a stage's ranks: as it is on one rank or in-process (hf); with a server
     backend, rank 0 opens it (one server) and every rank the same weights in torch."""
@@ -119,7 +119,7 @@ def ranked_models(model: Path | str, judge: Path | str, model_cfg: dict[str, Any
                                                      model_cfg))
 
 
-def ranked_model(folder: Path | str, model_cfg: dict[str, Any]) -> Any:
+def ranked_model(folder: Path | str, model_cfg: ModelLike) -> Any:
     """open_model for a role a stage's ranks share (an episode's human): a server or an api role
     is opened by rank 0 alone and answers for every rank."""
     backend = model_section(model_cfg).backend

@@ -23,7 +23,7 @@ import math
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import datasets
 import numpy as np
@@ -106,8 +106,8 @@ def sft_config(d: DistillConfig, seed: int, output_dir: str, device: str = "cpu"
         activation_checkpointing=False, logging_steps=1, logging_nan_inf_filter=False, disable_tqdm=True,
         completion_only_loss=True, packing=False, padding_free=False, max_length=None,
         dataset_num_proc=None, eval_strategy="no", push_to_hub=False, ddp_find_unused_parameters=False,
-        **({"fsdp": "full_shard auto_wrap", "fsdp_config": {"version": 2, "transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]}}
-           if world > 1 and strategy == "fsdp" else {}),
+        **(cast(dict[str, Any], {"fsdp": "full_shard auto_wrap", "fsdp_config": {"version": 2, "transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]}}
+           if world > 1 and strategy == "fsdp" else {})),
     )
 
 

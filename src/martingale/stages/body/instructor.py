@@ -66,6 +66,7 @@ def play_chat(human, instructor, questions: list, cfg: InstructorSlice, sim: Sim
     prompts = Prompts(cfg.prompts, getattr(human, "tokenizer", None))
     local = getattr(human, "tokenizer", None) is not None
     ep = cfg.prompts.episode
+    assert ep is not None, "chat episodes: the prompt set's episode prompts (episode_problem)"
     scale = ep.scale
     reader = chat.Reader("forced" if prompts.forced_prefix and local and scale == "p" else "verbal",
                          prompts.forced_prefix, prompts.forced_min_mass, scale)
@@ -86,7 +87,9 @@ def utterance_loss(policy, played, adv, beta: float, temperature: float):
     """train.policy_loss averaged over the turns' utterance batches; the reference log-probs from
     the same model with its adapter off. Returns (loss, mean k3, max |log π − log π_ref|)."""
 
-    loss, kl, gap = 0.0, 0.0, 0.0
+    loss: torch.Tensor | float = 0.0
+    kl: torch.Tensor | float = 0.0
+    gap = 0.0
     turns = [b for b in played.turns if b is not None]
     if (policy.loss_batch or ranks.current().many) and torch.is_grad_enabled():
         # every turn's graph at once held 17 GB for SmolLM2 (4 episodes × 2 turns: OOM-killed):
@@ -162,6 +165,7 @@ def run(cfg: InstructorSlice, start_model: Path, human_model: Path, out_dir: Pat
     train.jsonl, stage.json."""
     stage, sim, train, seed = cfg.stage, cfg.simulate, cfg.instructor, cfg.seed
     name = f"instructor stage ({stage.reward} reward)"
+    assert stage.reward is not None, "a step runs where its reward is set (the plan)"
     if sim.mode in NO_INSTRUCTOR:
         raise StageError(f"{name}: simulate.mode={sim.mode} has no instructor to train")
     chat = is_chat(cfg)

@@ -29,7 +29,7 @@ class Mix:
     read_fraction: float
 
 
-def mixture(world, rng: np.random.Generator, n: int, cfg: Mix, teacher: dict[str, Any] | None = None
+def mixture(world, rng: np.random.Generator, n: int, cfg: Mix | PretrainConfig, teacher: dict[str, Any] | None = None
             ) -> list[tuple[str, str]]:
     """n (prompt, completion) pairs in ``cfg``'s shares (a Mix, or the pretrain section): reasoned
     traces, snap answers and partial-trace reads, written
@@ -73,7 +73,8 @@ def run(cfg: PretrainSlice, out_dir: Path) -> None:
     world = make_world(cfg.world)
     tokenizer = build_tokenizer(traces.vocabulary(world.n_types))
     device, dtype = placement(cfg.model)
-    model = build_tiny(cfg.model, tokenizer).to(device=device, dtype=dtype)
+    model = build_tiny(cfg.model, tokenizer)
+    model.to(device=device, dtype=dtype)   # type: ignore[call-arg]  # transformers types its wrapped Module.to with self twice
     rng = np.random.default_rng([p.seed, 7])
     t0 = time.time()
     history: list[dict] = []

@@ -285,7 +285,7 @@ def check_headline(metrics: dict[str, Any], n: int, label: str) -> None:
                          f"first and last P (a slope needs {MIN_MS_PAIRS})")
 
 
-def write_episodes(cfg: SimulateSlice | InstructorSlice, rows: list[dict[str, Any]], seed: int, extra: dict[str, Any],
+def write_episodes(cfg: SimulateSlice, rows: list[dict[str, Any]], seed: int, extra: dict[str, Any],
                    guards: dict[str, Any], out_dir: Path, label: str, last_logged: str) -> None:
     """The end of an episode stage (embedded or chat): the parse floor, the eval and episode
     blocks with mode, turns and ``extra``, one log line, then the folder, written atomically."""
@@ -318,6 +318,7 @@ def run_chat(cfg: SimulateSlice, model: Path, human_model: Path, out_dir: Path) 
     instructor's own single-agent MS where it is a local model."""
 
     sim, seed, ep = cfg.simulate, cfg.seed, cfg.prompts.episode
+    assert ep is not None, "chat episodes: the prompt set's episode prompts (episode_problem)"
     seed_everything(seed)
     world = make_world(cfg.world)
     _, heldout = world.splits()

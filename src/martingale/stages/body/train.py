@@ -132,6 +132,7 @@ def run(cfg: TrainSlice, start_model: Path, judge_model: Path, out_dir: Path) ->
 
     stage, elicit, seed = cfg.stage, cfg.elicit, cfg.seed
     name = f"train stage ({stage.reward} reward)"
+    assert stage.reward is not None, "a step runs where its reward is set (the plan)"
     try:
         score = rewards.bind(stage.reward, stage)   # an unknown reward, a missing parameter
     except ValueError as e:

@@ -35,6 +35,8 @@ def model_dir_problem(path: str) -> Optional[str]:
 def run(cfg: WeightsSlice, out_dir: Path) -> None:
     """cfg: model (with its path) → out_dir/model, a link to the local HF folder."""
     path = cfg.model.path
+    if path is None:
+        raise StageError("model.path: not set (the weights kind runs where it is)")
     problem = model_dir_problem(path)
     if problem:
         hint = " (conf/model/<name>.yaml says how to get it; SmolLM2: `make smollm2`)" if "no such path" in problem else ""
