@@ -1,10 +1,9 @@
 """How a number of the table is written (RUNS.md, FINDINGS.md, `martingale status`): one place, one style."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
-if TYPE_CHECKING:
-    from .runs_row import RowEffect, Seeded
+from .runs_row import RowEffect, Seeded, one_seed
 
 
 def _number(value: object) -> Optional[float]:
@@ -39,11 +38,12 @@ def metric(metrics: Mapping[str, Seeded], key: str, digits: int = 4, signed: boo
     m = metrics.get(key)
     if m is None:
         return "–"
-    if len(m["per_seed"]) != 1:
+    one, value = one_seed(m)
+    if not one:
         return mean_sd(m["mean"], m["sd"], digits, signed)
     bounds = metrics.get(f"{key}_ci")
-    one = bounds["per_seed"][0] if bounds is not None else None
-    return num(m["per_seed"][0], digits, signed) + ci(one if isinstance(one, list) else None, digits, signed)
+    interval = one_seed(bounds)[1] if bounds is not None else None
+    return num(value, digits, signed) + ci(interval if isinstance(interval, list) else None, digits, signed)
 
 
 def pval(value: object) -> str:

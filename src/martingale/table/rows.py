@@ -57,8 +57,8 @@ def shown(metric: Metric) -> Seeded:
     """A stage metric as a row holds it (runs_row.Seeded): eval.json's mean and sd where it has
     them (a numeric metric), null otherwise, and each seed's value."""
     if isinstance(metric, Spread):
-        return {"mean": metric.mean, "sd": metric.sd, "per_seed": list(metric.per_seed)}
-    return {"mean": None, "sd": None, "per_seed": list(metric.per_seed)}
+        return Seeded(mean=metric.mean, sd=metric.sd, per_seed=list(metric.per_seed))
+    return Seeded(mean=None, sd=None, per_seed=list(metric.per_seed))
 
 
 def _metrics(evals: Optional[EvalRecord]) -> dict[str, Seeded]:

@@ -20,6 +20,12 @@ class Seeded(TypedDict):
     per_seed: list[Json]
 
 
+def one_seed(m: Seeded) -> tuple[bool, Json]:
+    """(whether the metric is one seed's, that seed's value; None for several)."""
+    values = m["per_seed"]
+    return (True, values[0]) if len(values) == 1 else (False, None)
+
+
 class Count(TypedDict):
     """k of n seeds."""
     k: int
@@ -117,4 +123,4 @@ def read_rows(path: Path | str) -> list[Row]:
     return cast(list[Row], data)
 
 
-__all__ = ["Artifacts", "Count", "Provenance", "Row", "RowEffect", "RowsError", "Seeded", "Wandb", "read_rows"]
+__all__ = ["Artifacts", "Count", "Provenance", "Row", "RowEffect", "RowsError", "Seeded", "Wandb", "one_seed", "read_rows"]
