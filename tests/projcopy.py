@@ -12,7 +12,6 @@ from the fixture (run_files, the plan), not typed in.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import shutil
 import subprocess

@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from martingale.plan import Plan
 from martingale.table import TableError, build_table, write_table
 
 from projcopy import proj, write_eval  # noqa: F401 (fixture)
