@@ -1,4 +1,4 @@
-"""eval.json read through types: dataclasses that mirror eval.schema.json (tests/test_eval_record.py
+"""eval.json read through types: dataclasses that mirror eval.schema.json (tests/test_typed_records.py
 holds each to its definition). ``read_eval`` checks a file against the schema first, so a file of
 an older shape is refused in one line naming it (EvalSchemaError), never read half-way."""
 from __future__ import annotations

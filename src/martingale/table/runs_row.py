@@ -1,8 +1,7 @@
 """runs.json read through types: a row is a TypedDict that mirrors runs.schema.json's ``run``
-(tests/test_table_types.py holds each to its definition), so the rows stay the JSON objects the
+(tests/test_typed_records.py holds each to its definition), so the rows stay the JSON objects the
 page, RUNS.md and the CLI read, and every key they read is checked. ``read_rows`` checks a file
 against the schema first."""
-from __future__ import annotations
 
 import json
 from pathlib import Path
