@@ -8,14 +8,13 @@ import json
 import math
 
 import pytest
+from test_eval_schema import _evals
 
 from martingale.records import eval_record as er
 from martingale.records.aggregate import write_run_results
 from martingale.records.eval_schema import EvalSchemaError, eval_schema
 from martingale.table import runs_row as rr
 from martingale.table.schema import runs_schema
-
-from test_eval_schema import _evals
 
 
 def _resolve(schema: dict, node: dict) -> dict:
