@@ -78,13 +78,14 @@ class StageColumns:
     def from_records(cls, records: list[dict[str, Any]], n_bootstrap: int, level: float,
                      seed: int) -> StageColumns:
         """The columns of a stage's eval records (unparsed None → NaN, ragged snap draws padded)."""
-        cols = [nan_array([r[k] if k in REQUIRED_COLUMNS else r.get(k) for r in records])
-                for k in ("y", "stated", "prior", "posterior", "trace_cut", "trace_last", "bayes_end")]
+        y, stated, prior, post, cut, last, bayes = [
+            nan_array([r[k] if k in REQUIRED_COLUMNS else r.get(k) for r in records])
+            for k in ("y", "stated", "prior", "posterior", "trace_cut", "trace_last", "bayes_end")]
         neg = nan_array([r.get("stated_neg") for r in records]) if any("stated_neg" in r for r in records) else None
         draws = (nan_matrix([r.get("snap_draws") for r in records])
                  if any(r.get("snap_draws") for r in records) else None)
         crowd = nan_array([r.get("crowd_p") for r in records]) if any("crowd_p" in r for r in records) else None
-        return cls(*cols, neg, draws, crowd, n_bootstrap, level, seed)
+        return cls(y, stated, prior, post, cut, last, bayes, neg, draws, crowd, n_bootstrap, level, seed)
 
     @property
     def ok(self) -> np.ndarray:
@@ -100,6 +101,13 @@ class StageColumns:
     def trace_pair(self) -> np.ndarray:
         """Questions whose trace gives a belief at the cut and a last belief."""
         return ~np.isnan(self.trace_cut) & ~np.isnan(self.trace_last)
+
+
+def column(values: np.ndarray | None, name: str) -> np.ndarray:
+    """An optional column a metric reads, there by Metric.applies (MetricError if it is not)."""
+    if values is None:
+        raise MetricError(f"the stage has no {name} column")
+    return values
 
 
 COLUMNS = ("y", "stated", "prior", "post", "trace_cut", "trace_last", "bayes", "neg", "draws", "crowd")

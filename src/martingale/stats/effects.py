@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -257,6 +257,10 @@ def replicate_summary(per_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _midpoint(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    return None if a is None or b is None else (a + b) / 2
+
+
 def beat_counts(per_seed_metrics: dict[int, dict[str, Any]],
                 start: dict[int, dict[str, Any]] | None,
                 natural: dict[int, dict[str, Any]] | None = None) -> dict[str, dict[str, int] | None]:
@@ -285,6 +289,5 @@ def beat_counts(per_seed_metrics: dict[int, dict[str, Any]],
     if natural is not None:
         base = {s: (natural.get(s) or {}).get("brier") for s in seeds}
         out["beats_natural_base"] = beats(base)
-        out["full_deflation"] = beats({s: None if base[s] is None or const[s] is None else (base[s] + const[s]) / 2
-                                       for s in seeds})
+        out["full_deflation"] = beats({s: _midpoint(base[s], const[s]) for s in seeds})
     return out

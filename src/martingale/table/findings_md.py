@@ -130,7 +130,8 @@ def questions_text(r: Result) -> str:
     """Held-out questions to decide with today's seeds: a count, or why none."""
     if r.questions_needed is not None:
         return f"{r.questions_needed:,}"
-    return "– (questions unknown)" if r.combined.n_questions is None else "> 100× (the seeds' spread)"
+    known = r.combined is not None and r.combined.n_questions is not None
+    return "> 100× (the seeds' spread)" if known else "– (questions unknown)"
 
 
 def _expect(f: Finding) -> str:
