@@ -26,6 +26,7 @@ import warnings
 from typing import Any, Optional
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..core.lazy import module
 from . import MetricError, bootstrap_ci, ms_slope, nan_array, too_few_for_ci
@@ -79,7 +80,7 @@ def _nan_test(names: tuple[str, ...], why: str, undefined: dict[str, str]) -> fl
     return float("nan")
 
 
-def brier_effect(y: Any, p_child: Any, p_parent: Any, n_bootstrap: int = 1000, level: float = 0.95,
+def brier_effect(y: ArrayLike, p_child: ArrayLike, p_parent: ArrayLike, n_bootstrap: int = 1000, level: float = 0.95,
                  seed: int = 0) -> dict[str, Any]:
     """ΔBrier = mean over paired questions of (y − p_child)² − (y − p_parent)², with its battery."""
     y, pc, pp = (np.asarray(a, dtype=float) for a in (y, p_child, p_parent))
@@ -124,7 +125,7 @@ def brier_effect(y: Any, p_child: Any, p_parent: Any, n_bootstrap: int = 1000, l
     return out
 
 
-def ms_effect(prior_c: Any, post_c: Any, prior_p: Any, post_p: Any, n_bootstrap: int = 1000,
+def ms_effect(prior_c: ArrayLike, post_c: ArrayLike, prior_p: ArrayLike, post_p: ArrayLike, n_bootstrap: int = 1000,
               level: float = 0.95, seed: int = 0) -> dict[str, Any]:
     """ΔMS = MS(child) − MS(parent) on the same questions: paired bootstrap CI and paired
     permutation p (child/parent swapped within questions)."""
