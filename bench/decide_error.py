@@ -42,7 +42,9 @@ sys.path.insert(0, str(REPO / "src"))
 
 from martingale import decide  # noqa: E402
 from martingale.records.crossed import RESAMPLES_PER_BOOTSTRAP, _block, _rng  # noqa: E402
+from martingale.records.eval_record import EvalRecord, eval_record  # noqa: E402
 from martingale.stats.crossed import joint_draws, resample_weights  # noqa: E402
+from martingale.stats.seeds import seed_spread  # noqa: E402
 from martingale.stats.sequential import Boundary  # noqa: E402
 from martingale.table import findings  # noqa: E402
 from martingale.table.looks import DecidePlan, Look, load_plan  # noqa: E402
@@ -90,16 +92,23 @@ class Data:
         both = np.hstack([np.where(has, v, 0.0), has.astype(float)])
         return lambda w: (lambda s: s[:, :k] / s[:, k:])(w @ both)
 
-    def evals(self, d: int, k: int, theta: float) -> dict:
+    def evals(self, d: int, k: int, theta: float) -> EvalRecord:
         """The eval.json of the look's run on draw d: each seed's estimate and CI, the crossed block."""
         est = [theta + float(x) for x in np.nanmean(self.noise[d][:k], axis=1)]
         block = self.block(d, k, theta)
         ses = np.sqrt(np.diag(block["cov"]))
-        seeds = list(range(SEEDS, SEEDS + k))
-        return {"stage_order": ["s0"], "provenance": {"s0": {str(s): {"model_stage": "train-0"} for s in seeds}},
-                "stages": {"s0": {"seeds": seeds, "brier": {"per_seed": est},
-                                  "brier_ci": {"per_seed": [[e - 1.96 * s, e + 1.96 * s] for e, s in zip(est, ses)]},
-                                  "crossed": {"brier": block}}}}
+        return record(list(range(SEEDS, SEEDS + k)), est, [[e - 1.96 * s, e + 1.96 * s] for e, s in zip(est, ses)],
+                      block)
+
+
+def record(seeds: list[int], values: list[float], cis: list[list[float]], crossed: dict) -> EvalRecord:
+    """A trained run's eval.json with one stage s0 whose seeds read ``values`` (Brier) with ``cis``
+    and the seeds' question covariance ``crossed``, read as the table reads it."""
+    ids = {str(s): {"model_stage": "train-0", "eval_stage": f"evaluate-{s}"} for s in seeds}
+    return eval_record({"run_id": "sim", "parent": None, "knob": None, "config_hash": "sha256:" + "0" * 64,
+                        "seeds": seeds, "stage_order": ["s0"], "provenance": {"s0": ids}, "stage_provenance": {},
+                        "effect": None, "stages": {"s0": {"seeds": seeds, "brier": seed_spread(values),
+                                                          "brier_ci": {"per_seed": cis}, "crossed": {"brier": crossed}}}})
 
 
 def draw(rng: np.random.Generator, profile, n: int = N_QUESTIONS, n_bootstrap: int = N_BOOTSTRAP) -> Data:

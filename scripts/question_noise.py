@@ -27,9 +27,9 @@ import numpy as np
 
 from martingale.metrics import StageColumns, declared_metrics
 from martingale.records.crossed import _aligned
+from martingale.records.eval_record import read_eval
 from martingale.store import files
 from martingale.table import build_table, findings
-from martingale.table.finding_reads import _effect_block
 
 TOLERANCE = 0.05
 ARRAYS = [f.name for f in fields(StageColumns) if f.name not in ("n_bootstrap", "level", "seed")]
@@ -78,14 +78,14 @@ def by_seed(root: Path, run: str, stage: str) -> dict[int, list[dict[str, Any]]]
 def question_noise(root: Path, f: findings.Finding, r: findings.Result, resamples: int) -> Optional[float]:
     """The 95% percentile half-width of the seed-averaged estimate under questions resampled
     jointly across seeds (None: not a finding over several seeds with records)."""
-    evals = files.read_json(root / "results" / f.run / "eval.json")
+    evals = read_eval(root / "results" / f.run / "eval.json")
     child = by_seed(root, f.run, r.stage)
     seeds = sorted(child)
     parent_rows = None
-    if f.metric in findings.EFFECTS:
-        eff = _effect_block(evals, r.stage)
-        parent = by_seed(root, evals["parent"], eff["parent_stage"])
-        pseed = {s: int(eff["per_seed"][str(s)]["parent_seed"]) for s in seeds}
+    eff = evals.effect_at(r.stage) if f.metric in findings.EFFECTS and r.stage is not None else None
+    if eff is not None and evals.parent is not None:
+        parent = by_seed(root, evals.parent, eff.parent_stage)
+        pseed = {s: eff.per_seed[s].parent_seed for s in seeds}
         parent_rows = [parent[pseed[s]] for s in seeds]
     n, cols = _aligned([child[s] for s in seeds] + (parent_rows or []))
     k = len(seeds)

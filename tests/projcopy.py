@@ -12,7 +12,6 @@ from the fixture (run_files, the plan), not typed in.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import shutil
 import subprocess
@@ -114,22 +113,46 @@ def write_run(root: Path, name: str, text: str) -> Path:
     return path
 
 
+def _one_seed_effect(block: dict, seed: int = 42) -> dict:
+    """One seed's paired-effect block in eval.json's shape (the aggregate's compare)."""
+    from martingale.stats.effects import replicate_summary
+    from martingale.stats.seeds import with_seed_blocks
+    if "seeds" in block:
+        return block
+    one = {"same_eval_stage": False, **block}
+    return with_seed_blocks({seed: one}, stage=one["stage"], parent_stage=one["parent_stage"], same_eval_stage=False,
+                            **replicate_summary({seed: one}))
+
+
 def write_eval(root: Path, run_id: str, stages: dict, **extra) -> Path:
     """results/<run>/eval.json as the aggregate leaves it for the run as configured now (its knob
     and config hash, so the table calls it done, not stale) with these per-stage metrics: a stage
-    without ``seeds`` is one seed's (42) metrics, written in eval.json's shape (stats/seeds.py)."""
+    without ``seeds`` is one seed's (42) metrics, and an effect given as one seed's block that
+    seed's, written in eval.json's shape (stats/seeds.py). ``extra`` sets top-level keys; those not
+    given are a run's without provenance or a parent's effect."""
     from martingale.config.runs import RunTree
     from martingale.plan import config_hash
     from martingale.stats.seeds import combine_seeds
+    from martingale.store import files
     blocks = ("counts", "crossed", "effect")
     stages = {name: m if "seeds" in m else {**combine_seeds({42: {k: v for k, v in m.items() if k not in blocks}}),
                                              **{k: v for k, v in m.items() if k in blocks}}
               for name, m in stages.items()}
+    for m in stages.values():
+        if "effect" in m:
+            m["effect"] = _one_seed_effect(m["effect"])
     tree = RunTree.load(root / "conf")
+    spec = tree.specs[run_id]
+    doc = {"run_id": run_id, "parent": spec.parent, "knob": spec.knob,
+           "config_hash": config_hash(tree.resolved_config(run_id)),
+           "seeds": sorted({s for m in stages.values() for s in m["seeds"]}), "stage_order": list(stages),
+           "stages": stages, "provenance": {}, "stage_provenance": {}, "effect": None, **extra}
+    if doc["effect"] is not None and doc["effect"].get("final") is not None:
+        final = doc["effect"]["final"] = _one_seed_effect(doc["effect"]["final"])
+        doc["effect"] = {"parent": spec.parent, "knob": spec.knob, "headline": None,
+                         "compares": f"{final['stage']} vs parent {final['parent_stage']}", **doc["effect"]}
     path = root / "results" / run_id / "eval.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"knob": tree.specs[run_id].knob, "config_hash": config_hash(tree.resolved_config(run_id)),
-                                "stages": stages, **extra}))
+    files.write_json(path, doc)          # NaN as null, as the aggregate writes it
     return path
 
 

@@ -190,7 +190,7 @@ def _provenance(stages: list[str], seeds: list[int], kind: str) -> dict:
 def test_seeds_shows_each_seed_the_combined_ci_and_the_seeds_a_finding_needs(proj):
     _d_finding(proj, run="twostage-v2-k3")
     values, cis = [0.02, 0.06, 0.04], [[-0.01, 0.05], [0.03, 0.09], [0.01, 0.07]]
-    write_eval(proj, "twostage-v2-k3", {"s0": {"seeds": [41, 42, 43], "ms": {"mean": 0.04, "per_seed": values},
+    write_eval(proj, "twostage-v2-k3", {"s0": {"seeds": [41, 42, 43], "ms": {"mean": 0.04, "sd": 0.02, "per_seed": values},
                                                "ms_ci": {"per_seed": cis}}},
                **_provenance(["s0"], [41, 42, 43], "distill"))
     res = cli(proj, "seeds", "D-entrenches")
@@ -206,7 +206,7 @@ def test_seeds_prices_more_held_out_questions_where_the_seeds_share_their_questi
     narrow it, more held-out questions (a redraw: the evaluations only) can."""
     _d_finding(proj, run="twostage-v2-k3")
     values, cis = [0.03, 0.031, 0.029], [[-0.01, 0.07], [-0.009, 0.071], [-0.011, 0.069]]
-    write_eval(proj, "twostage-v2-k3", {"s0": {"seeds": [41, 42, 43], "ms": {"mean": 0.03, "per_seed": values},
+    write_eval(proj, "twostage-v2-k3", {"s0": {"seeds": [41, 42, 43], "ms": {"mean": 0.03, "sd": 0.001, "per_seed": values},
                                                "ms_ci": {"per_seed": cis},
                                                "crossed": {"ms": {"cov": [[0.02 ** 2] * 3] * 3, "n_questions": 1000}}}},
                **_provenance(["s0"], [41, 42, 43], "distill"))

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from martingale.records.crossed import RESAMPLES_PER_BOOTSTRAP, _block, _rng
+from martingale.records.eval_record import QuestionCov
 from martingale.stats.crossed import (
     half_width,
     interval,
@@ -92,7 +93,8 @@ def coverage(metric: str, k: int, cell: str) -> tuple[float, float]:
         estimates = list(stat(np.ones((1, N_QUESTIONS)))[0])
         block = _block(joint_draws(stat, weights), N_QUESTIONS)
         ses = list(np.sqrt(np.diag(block["cov"])))
-        c, old = combined(estimates, ses, block), combine(estimates, ses)
+        cov = QuestionCov(block["cov"], block["n_questions"], block["mean_tails"])
+        c, old = combined(estimates, ses, cov), combine(estimates, ses)
         crossed_hits += c.ci[0] <= THETA <= c.ci[1]
         combine_hits += old.ci[0] <= THETA <= old.ci[1]
     return crossed_hits / SIMULATIONS, combine_hits / SIMULATIONS
@@ -232,7 +234,7 @@ def test_a_look_pooling_two_draws_is_never_narrower_than_the_percentile_interval
         means.append(draws.mean(axis=1))
         covs.append(np.array(block["cov"]))
         parts.append(Result("inconclusive", samples=tuple((41 + i, 0.0, (-0.02, 0.02)) for i in range(3)),
-                            question_cov=block))
+                            question_cov=QuestionCov(block["cov"], block["n_questions"], block["mean_tails"])))
     held, _ = _pooled(parts, level)
     pooled = 0.5 * means[0] + 0.5 * np.random.default_rng(5).permutation(means[1])
     lo, hi = np.quantile(pooled, [(1 - level) / 2, (1 + level) / 2])

@@ -1,5 +1,6 @@
 """eval.json's contract: every eval.json the aggregate writes meets eval.schema.json, one that
-breaks it is refused before anything is written, and only stats/seeds.py knows the seeds' key."""
+breaks it is refused before anything is written, and only stats/seeds.py (the writer) and
+the typed readers of eval.json and runs.json know the seeds' key."""
 import copy
 import json
 import math
@@ -97,6 +98,6 @@ def test_a_broken_result_leaves_the_run_folder_unwritten(tmp_path, monkeypatch):
     assert not (tmp_path / "out").exists()
 
 
-def test_only_stats_seeds_names_the_seeds_key():
+def test_only_the_writer_and_the_typed_readers_name_the_seeds_key():
     naming = sorted(str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if '"per_seed"' in p.read_text())
-    assert naming == ["stats/seeds.py"]
+    assert naming == ["records/eval_record.py", "stats/seeds.py", "table/runs_row.py"]

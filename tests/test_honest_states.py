@@ -6,21 +6,14 @@ import json
 
 import pytest
 
-from martingale.plan import Plan
 from martingale.table import TableError, build_table, write_table
 
-from projcopy import proj  # noqa: F401 (fixture)
+from projcopy import proj, write_eval  # noqa: F401 (fixture)
 
 
 def built(root, run_id):
     """A done run as the aggregate leaves it: eval.json with the knob and the config hash."""
-    plan = Plan.load(root)
-    info = plan.index()["runs"][run_id]
-    path = root / "results" / run_id / "eval.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"knob": plan.tree.specs[run_id].knob, "config_hash": info["config_hash"],
-                                "stages": {"s0": {"brier": 0.2, "ms": 0.1}}}))
-    return path
+    return write_eval(root, run_id, {"s0": {"brier": 0.2, "ms": 0.1}})
 
 
 def states(root):
@@ -44,6 +37,20 @@ def test_an_unreadable_eval_json_is_corrupt_and_the_table_step_fails_writing_not
     assert row["state"] == "corrupt" and row["log"] == "results/A-on-D/eval.json"
     with pytest.raises(TableError, match="results/A-on-D/eval.json: unreadable"):
         write_table(proj)
+    assert not (proj / "runs.json").exists()
+
+
+def test_an_eval_json_of_the_old_bare_shape_is_refused_in_one_line_naming_it(proj):
+    """A metric written as one seed's bare value (before eval.json had one shape whatever the seed
+    count) is not read half-way: the row is corrupt and the table step fails naming the file and key."""
+    path = built(proj, "A-on-D")
+    doc = json.loads(path.read_text())
+    doc["stages"]["s0"]["brier"] = 0.2
+    path.write_text(json.dumps(doc))
+    assert states(proj)["A-on-D"]["state"] == "corrupt"
+    with pytest.raises(TableError) as e:
+        write_table(proj)
+    assert str(e.value).startswith("results/A-on-D/eval.json: stages/s0/brier: ") and "\n" not in str(e.value)
     assert not (proj / "runs.json").exists()
 
 

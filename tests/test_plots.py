@@ -10,6 +10,7 @@ import pytest
 from martingale.metrics import stage_metrics
 from martingale.records.plots import PLOTS, write_plots
 from martingale.stats.effects import paired_effect
+from martingale.stats.seeds import with_seed_blocks
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -33,7 +34,7 @@ def run_inputs():
         for c, p in zip(child[s], parent[s]):
             p["y"], p["bayes_end"] = c["y"], c["bayes_end"]
     metrics = {s: stage_metrics(child[s], n_bootstrap=50) for s in order}
-    effects = {s: paired_effect(child[s], parent[s], n_bootstrap=50) for s in order}
+    effects = {s: with_seed_blocks({42: paired_effect(child[s], parent[s], n_bootstrap=50)}) for s in order}
     return order, child, metrics, effects
 
 
@@ -67,6 +68,6 @@ def test_a_stage_with_nothing_parsed_still_plots(tmp_path):
     empty = [{"qid": f"q{i}", "y": i % 2, "prior": None, "posterior": None, "stated": None, "trace_cut": None,
               "trace_last": None, "bayes_end": None, "seed": 1} for i in range(5)]
     metrics = {"s0": stage_metrics(empty, n_bootstrap=20)}
-    effects = {"s0": {"brier": None, "ms": None, "undefined": {"effect": "parent x has no stage s0"}}}
+    effects = {"s0": with_seed_blocks({42: {"brier": None, "ms": None, "undefined": {"effect": "parent x has no stage s0"}}})}
     paths = write_plots(tmp_path, "r", ["s0"], {"s0": empty}, metrics, "x", "k=v", effects)
     assert all(p.read_bytes()[:8] == PNG for p in paths.values())

@@ -58,12 +58,10 @@ def test_the_pocock_constant_is_the_tabled_one():
     assert Boundary(1).nominal() == 0.05
 
 
-def _evals(value: float, shared_sd: float, n: int = 1000) -> dict:
+def _evals(value: float, shared_sd: float, n: int = 1000):
     """eval.json of three trained seeds that all read ``value``, their question noise wholly shared."""
-    return {"stage_order": ["s0"], "provenance": {"s0": {str(s): {"model_stage": "train-0"} for s in (41, 42, 43)}},
-            "stages": {"s0": {"seeds": [41, 42, 43], "brier": {"per_seed": [value] * 3},
-                              "brier_ci": {"per_seed": [[value - 0.05, value + 0.05]] * 3},
-                              "crossed": {"brier": {"cov": [[shared_sd ** 2] * 3] * 3, "n_questions": n}}}}}
+    return sim.record([41, 42, 43], [value] * 3, [[value - 0.05, value + 0.05]] * 3,
+                      {"cov": [[shared_sd ** 2] * 3] * 3, "n_questions": n})
 
 
 def test_futility_counts_only_the_questions_a_look_can_still_add():

@@ -31,6 +31,7 @@ from .config.runs import RunTree
 from .jobs import warm
 from .plan import Plan, cost
 from .stats import crossed
+from .stats.replicates import Combined
 from .store import locks, stage_dir
 from .store.files import open_log, read_jsonl, write_jsonl, write_text
 from .store.manifest import MANIFEST
@@ -76,7 +77,8 @@ def _ledger_add(root: Path, sids: list[str]) -> None:
     write_jsonl(path, rows + [{"sid": s} for s in sids if s not in known])
 
 
-def open_findings(found, results, plan: DecidePlan, include_provisional: bool) -> list[findings.Finding]:
+def open_findings(found: Optional[list[findings.Finding]], results: dict[str, findings.Result], plan: DecidePlan,
+                  include_provisional: bool) -> list[findings.Finding]:
     """The findings decide may look at again: undecided, not stopped, with a look left."""
     wanted = {findings.INCONCLUSIVE} | ({findings.PROVISIONAL} if include_provisional else set())
     out = []
@@ -89,16 +91,18 @@ def open_findings(found, results, plan: DecidePlan, include_provisional: bool) -
 
 
 def _target(f: findings.Finding, r: findings.Result) -> float:
-    c = r.combined
-    return abs(f.margin - abs(c.estimate)) if f.expect == "= 0" else abs(c.estimate)
+    """The half-width that decides an open finding (open_findings: it has a combined estimate)."""
+    if r.combined is None:
+        raise ValueError(f"{f.id}: no combined estimate to decide")
+    return findings.decided_within(f, r.combined)
 
 
 def next_step(root: Path, tree: RunTree, cplan: Plan, plan: DecidePlan, f: findings.Finding,
               r: findings.Result, paired: set[str], redraws: bool) -> Optional[Step]:
     """The finding's next look by the cheaper route to decide it (seeds or one more held-out draw),
     or the look already written for it and not yet built (a killed decide's)."""
-    look: Look = r.look
     k0 = len(base_seeds(tree, f.run))
+    look = r.look if r.look is not None else Look(k0, 1, (f.run,), 1, plan.looks, k0)
     pending = pending_look(tree, f.run, look, plan, k0)
     runs = finding_runs(cplan, f)
     seed_cost = cost.seed_estimate(cplan, runs, root).cpu_hours
@@ -106,6 +110,8 @@ def next_step(root: Path, tree: RunTree, cplan: Plan, plan: DecidePlan, f: findi
     if pending is not None:
         k, draws = pending
         return Step(f, "resume", k, draws, (), tuple(look_name(f.run, k, d, k0) for d in range(draws)), 0.0, 0.0)
+    if r.combined is None:
+        return None
     chosen = cheaper_look(r.combined, _target(f, r), look, plan, seed_cost, draw_cost, k0)
     if chosen is None:
         return None
@@ -118,7 +124,7 @@ def next_step(root: Path, tree: RunTree, cplan: Plan, plan: DecidePlan, f: findi
                 tuple(look_name(f.run, k, d, k0) for d in range(draws)), estimate, to_decide)
 
 
-def cheaper_look(c, target: float, look: Look, plan: DecidePlan, seed_cost: float,
+def cheaper_look(c: Combined, target: float, look: Look, plan: DecidePlan, seed_cost: float,
                  draw_cost: Optional[float], k0: int) -> Optional[tuple[str, int, int, float, float]]:
     """(route, k, draws, its CPU-hours, CPU-hours to decide by that route) of the look after ``look``
     that decides the finding (estimate ``c``, decided under half-width ``target``) for fewer
@@ -136,7 +142,7 @@ def cheaper_look(c, target: float, look: Look, plan: DecidePlan, seed_cost: floa
         need = crossed.questions_to_decide(c, target) if c.crossed and n else None
         per_draw = draw_cost * look.k / max(k0, 1)
         options.append(("questions", look.k, look.draws + 1, per_draw,
-                        max(1.0, need / n - look.draws) * per_draw if need else float("inf")))
+                        max(1.0, need / n - look.draws) * per_draw if need and n else float("inf")))
     return min(options, key=lambda o: (o[4], o[3])) if options else None
 
 
@@ -282,7 +288,7 @@ def _rounds(root: Path, plan: DecidePlan, builder: "Builder", budget: float, inc
         if used >= budget or not waiting:
             write_table(root)
             return _counts(results)
-        paired = {g.run for g in found if g.metric in findings.EFFECTS}
+        paired = {g.run for g in found or () if g.metric in findings.EFFECTS}
         steps = []
         for f in waiting:
             evals_only = not worlds()[tree.resolved_config(f.run)["world"]["name"]].one_split
@@ -294,7 +300,8 @@ def _rounds(root: Path, plan: DecidePlan, builder: "Builder", budget: float, inc
             return _counts(results)
         steps.sort(key=lambda s: (s.to_decide, s.cpu_hours, s.finding.id))
         round_no += 1
-        chosen, planned = [], 0.0
+        chosen: list[Step] = []
+        planned = 0.0
         for s in steps:
             if not chosen or used + planned + s.cpu_hours <= budget:
                 chosen.append(s)

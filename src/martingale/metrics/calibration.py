@@ -3,9 +3,8 @@ decomposition), over-confidence, the extremes, parse rates and counts; every fun
 formula, every stage metric is registered here."""
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..core.lazy import module
 from ..stats import MetricError, bootstrap_ci, too_few_for_ci
@@ -16,19 +15,19 @@ stats = module("scipy.stats")   # imported on first use (martingale.core.lazy)
 N_BINS = 10           # equal-width probability bins of the reliability diagram, ECE and Murphy
 
 
-def squared_errors(p: Any, y: Any) -> np.ndarray:
+def squared_errors(p: ArrayLike, y: ArrayLike) -> np.ndarray:
     """Per-question Brier loss (y − p)²: the paired unit of the robustness battery."""
     p, y = _py("squared_errors", p, y)
     return (y - p) ** 2
 
 
-def brier(p: Any, y: Any) -> float:
+def brier(p: ArrayLike, y: ArrayLike) -> float:
     """Brier = mean (y − p)² over the stated probabilities p."""
     p, y = _py("brier", p, y)
     return float(np.mean((y - p) ** 2))
 
 
-def constant_brier(y: Any) -> float:
+def constant_brier(y: ArrayLike) -> float:
     """Brier of always stating the base rate ȳ (the base-rate constant): ȳ(1 − ȳ)."""
     y = np.asarray(y, dtype=float)
     if y.size == 0:
@@ -38,7 +37,7 @@ def constant_brier(y: Any) -> float:
     return r * (1 - r)
 
 
-def brier_skill(p: Any, y: Any) -> float:
+def brier_skill(p: ArrayLike, y: ArrayLike) -> float:
     """BSS = 1 − Brier / Brier(base-rate constant); > 0 beats stating the base rate.
 
     Undefined with one class only: the base-rate constant then has Brier 0.
@@ -57,7 +56,7 @@ def bin_index(p: np.ndarray, n_bins: int = N_BINS) -> np.ndarray:
     return np.searchsorted(edges[1:-1], p)
 
 
-def calibration_bins(p: Any, y: Any, n_bins: int = N_BINS) -> dict[str, np.ndarray]:
+def calibration_bins(p: ArrayLike, y: ArrayLike, n_bins: int = N_BINS) -> dict[str, np.ndarray]:
     """The reliability diagram: per equal-width bin k, its count n_k, mean stated p̄_k and observed
     frequency ȳ_k (NaN for an empty bin)."""
     p, y = _py("calibration_bins", p, y)
@@ -69,14 +68,14 @@ def calibration_bins(p: Any, y: Any, n_bins: int = N_BINS) -> dict[str, np.ndarr
     return {"count": count, "mean_p": mean_p, "freq": freq}
 
 
-def ece(p: Any, y: Any, n_bins: int = N_BINS) -> float:
+def ece(p: ArrayLike, y: ArrayLike, n_bins: int = N_BINS) -> float:
     """ECE = Σ_k (n_k / n)·|ȳ_k − p̄_k| over n_bins equal-width bins (empty bins weigh 0)."""
     t = calibration_bins(p, y, n_bins)
     ok = t["count"] > 0
     return float(np.sum(t["count"][ok] * np.abs(t["freq"][ok] - t["mean_p"][ok])) / t["count"].sum())
 
 
-def murphy_decomposition(p: Any, y: Any, n_bins: int = N_BINS) -> dict[str, float]:
+def murphy_decomposition(p: ArrayLike, y: ArrayLike, n_bins: int = N_BINS) -> dict[str, float]:
     """Brier = REL − RES + UNC + WBV − WBC, exactly (Murphy 1973 with Stephenson et al. 2008's
     within-bin terms, which vanish when p is constant within each bin), over bins k of size n_k:
 
@@ -104,18 +103,18 @@ def murphy_decomposition(p: Any, y: Any, n_bins: int = N_BINS) -> dict[str, floa
     }
 
 
-def mean_p(p: Any) -> float:
+def mean_p(p: ArrayLike) -> float:
     """meanP = mean stated probability (compare with the base rate ȳ: over-confidence in yes)."""
     return float(np.mean(check_probs("mean_p", p)))
 
 
-def overconfidence(p: Any, y: Any) -> float:
+def overconfidence(p: ArrayLike, y: ArrayLike) -> float:
     """Over-confidence in yes = meanP − ȳ (the research log's "mean belief − base rate": D ≈ +0.3)."""
     p, y = _py("overconfidence", p, y)
     return float(np.mean(p) - np.mean(y))
 
 
-def overconfidence_ci(p: Any, y: Any, n_resamples: int, level: float, seed: int) -> tuple[float, float]:
+def overconfidence_ci(p: ArrayLike, y: ArrayLike, n_resamples: int, level: float, seed: int) -> tuple[float, float]:
     """Percentile bootstrap CI of meanP − ȳ, resampling questions (p and y together)."""
     p, y = _py("overconfidence_ci", p, y)
     if too_few_for_ci(len(p)):
@@ -124,7 +123,7 @@ def overconfidence_ci(p: Any, y: Any, n_resamples: int, level: float, seed: int)
     return float(low), float(high)
 
 
-def extremes(p: Any) -> dict[str, float]:
+def extremes(p: ArrayLike) -> dict[str, float]:
     """Shares of stated probabilities at the extremes: p ≤ .05, p ≥ .95, either (the research log's
     "extreme %"), and p > .8."""
     p = check_probs("extremes", p)
@@ -136,7 +135,7 @@ def extremes(p: Any) -> dict[str, float]:
     }
 
 
-def brier_ci(p: Any, y: Any, n_resamples: int, level: float, seed: int) -> tuple[float, float]:
+def brier_ci(p: ArrayLike, y: ArrayLike, n_resamples: int, level: float, seed: int) -> tuple[float, float]:
     """Percentile bootstrap CI of Brier, resampling questions. Fewer than MIN_CI_PAIRS questions
     give (nan, nan): too few questions for an interval."""
     se = squared_errors(p, y)

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..core.lazy import module
 from ..stats import MetricError
-from .core import StageColumns, check_probs, stage_metric
+from .core import StageColumns, check_probs, column, stage_metric
 
 stats = module("scipy.stats")   # imported on first use (martingale.core.lazy)
 
@@ -30,7 +30,7 @@ def negation_coherence(p: Any, p_neg: Any) -> float:
 
 
 def _negation_pairs(s: StageColumns) -> np.ndarray:
-    return s.ok & ~np.isnan(s.neg)
+    return s.ok & ~np.isnan(column(s.neg, "neg"))
 
 
 @stage_metric("coherence", reads=("stated", "trace_last"))
@@ -50,4 +50,4 @@ def _n_negation_pairs(s: StageColumns) -> int:
 def _negation_coherence(s: StageColumns) -> float:
     """Negation coherence = mean |P(A) + P(¬A) − 1|."""
     both = _negation_pairs(s)
-    return negation_coherence(s.stated[both], s.neg[both])
+    return negation_coherence(s.stated[both], column(s.neg, "neg")[both])

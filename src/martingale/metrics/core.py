@@ -8,12 +8,13 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..core.registry import Registry
 from ..stats import MetricError, nan_array, nan_matrix, too_few_for_ci
 
 
-def check_probs(name: str, p: Any, min_n: int = 1) -> np.ndarray:
+def check_probs(name: str, p: ArrayLike, min_n: int = 1) -> np.ndarray:
     """p as a 1-D float array of at least ``min_n`` finite probabilities in [0, 1], or MetricError."""
     p = np.asarray(p, dtype=float)
     if p.ndim != 1:
@@ -29,7 +30,7 @@ def check_probs(name: str, p: Any, min_n: int = 1) -> np.ndarray:
     return p
 
 
-def check_labels(name: str, y: Any, n: int) -> np.ndarray:
+def check_labels(name: str, y: ArrayLike, n: int) -> np.ndarray:
     """y as a float array of n labels, each 0 or 1, or MetricError."""
     y = np.asarray(y, dtype=float)
     if y.shape != (n,):
@@ -39,12 +40,12 @@ def check_labels(name: str, y: Any, n: int) -> np.ndarray:
     return y
 
 
-def _py(name: str, p: Any, y: Any, min_n: int = 1) -> tuple[np.ndarray, np.ndarray]:
+def _py(name: str, p: ArrayLike, y: ArrayLike, min_n: int = 1) -> tuple[np.ndarray, np.ndarray]:
     p = check_probs(name, p, min_n)
     return p, check_labels(name, y, len(p))
 
 
-def _pair(name: str, prior: Any, posterior: Any, min_n: int = 3) -> tuple[np.ndarray, np.ndarray]:
+def _pair(name: str, prior: ArrayLike, posterior: ArrayLike, min_n: int = 3) -> tuple[np.ndarray, np.ndarray]:
     prior = check_probs(f"{name} (prior)", prior, min_n)
     posterior = check_probs(f"{name} (posterior)", posterior, min_n)
     if prior.shape != posterior.shape:
@@ -78,13 +79,14 @@ class StageColumns:
     def from_records(cls, records: list[dict[str, Any]], n_bootstrap: int, level: float,
                      seed: int) -> StageColumns:
         """The columns of a stage's eval records (unparsed None → NaN, ragged snap draws padded)."""
-        cols = [nan_array([r[k] if k in REQUIRED_COLUMNS else r.get(k) for r in records])
-                for k in ("y", "stated", "prior", "posterior", "trace_cut", "trace_last", "bayes_end")]
+        y, stated, prior, post, cut, last, bayes = [
+            nan_array([r[k] if k in REQUIRED_COLUMNS else r.get(k) for r in records])
+            for k in ("y", "stated", "prior", "posterior", "trace_cut", "trace_last", "bayes_end")]
         neg = nan_array([r.get("stated_neg") for r in records]) if any("stated_neg" in r for r in records) else None
         draws = (nan_matrix([r.get("snap_draws") for r in records])
                  if any(r.get("snap_draws") for r in records) else None)
         crowd = nan_array([r.get("crowd_p") for r in records]) if any("crowd_p" in r for r in records) else None
-        return cls(*cols, neg, draws, crowd, n_bootstrap, level, seed)
+        return cls(y, stated, prior, post, cut, last, bayes, neg, draws, crowd, n_bootstrap, level, seed)
 
     @property
     def ok(self) -> np.ndarray:
@@ -100,6 +102,13 @@ class StageColumns:
     def trace_pair(self) -> np.ndarray:
         """Questions whose trace gives a belief at the cut and a last belief."""
         return ~np.isnan(self.trace_cut) & ~np.isnan(self.trace_last)
+
+
+def column(values: np.ndarray | None, name: str) -> np.ndarray:
+    """An optional column a metric reads, there by Metric.applies (MetricError if it is not)."""
+    if values is None:
+        raise MetricError(f"the stage has no {name} column")
+    return values
 
 
 COLUMNS = ("y", "stated", "prior", "post", "trace_cut", "trace_last", "bayes", "neg", "draws", "crowd")

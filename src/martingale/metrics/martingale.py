@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..core.lazy import module
 from ..stats import MetricError, bootstrap_ci, ms_regression, ms_slope, too_few_for_ci
@@ -17,7 +18,7 @@ stats = module("scipy.stats")   # imported on first use (martingale.core.lazy)
 INERTIA_EPS = 0.02    # |Δ| at or below this counts as "did not move" (the reward's info_eps)
 
 
-def martingale_fit(prior: Any, posterior: Any) -> dict[str, float]:
+def martingale_fit(prior: ArrayLike, posterior: ArrayLike) -> dict[str, float]:
     """MS = OLS slope β of Δ = posterior − prior on (prior − ½); linR² = R² of that fit.
 
     0 is a martingale, > 0 entrenchment. Identity: β = ρ·σ_post/σ_prior − 1, with ρ the Pearson
@@ -40,7 +41,7 @@ def martingale_fit(prior: Any, posterior: Any) -> dict[str, float]:
     }
 
 
-def inertia(prior: Any, posterior: Any, eps: float = INERTIA_EPS) -> float:
+def inertia(prior: ArrayLike, posterior: ArrayLike, eps: float = INERTIA_EPS) -> float:
     """Inertia = share of questions whose belief did not move: |posterior − prior| ≤ eps.
 
     (The log reports inertia beside mean |Δ| without a formula; this is ours, with eps = the
@@ -53,7 +54,7 @@ def inertia(prior: Any, posterior: Any, eps: float = INERTIA_EPS) -> float:
     return float(np.mean(np.abs(posterior - prior) <= eps + 1e-12))   # 1e-12: float rounding of p ± eps
 
 
-def ms_ci(prior: Any, posterior: Any, n_resamples: int, level: float,
+def ms_ci(prior: ArrayLike, posterior: ArrayLike, n_resamples: int, level: float,
           seed: int) -> tuple[float, float]:
     """Percentile bootstrap CI of MS, resampling questions (prior, posterior pairs) jointly.
 
@@ -66,7 +67,7 @@ def ms_ci(prior: Any, posterior: Any, n_resamples: int, level: float,
     return float(low), float(high)
 
 
-def delta_brier_ci(first: Any, last: Any, y: Any, n_resamples: int, level: float,
+def delta_brier_ci(first: ArrayLike, last: ArrayLike, y: ArrayLike, n_resamples: int, level: float,
                    seed: int) -> tuple[float, float]:
     """Percentile bootstrap CI of ΔBrier = mean (y − last)² − (y − first)², resampling episodes."""
     d = squared_errors(last, y) - squared_errors(first, y)

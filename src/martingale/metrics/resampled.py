@@ -13,6 +13,7 @@ import numpy as np
 
 from ..stats.crossed import weighted_mean, weighted_moments, weighted_slope
 from . import StageColumns
+from .core import column
 
 Statistic = Callable[[StageColumns, np.ndarray], np.ndarray]
 
@@ -52,7 +53,7 @@ def ms_adj(s: StageColumns, w: np.ndarray) -> np.ndarray:
     moments: β_obs the slope of the posterior on the prior, σ²_meas the weighted mean of each
     question's within-draw variance (questions with ≥ 2 parsed prior reads), Var(prior) with ddof 1."""
     pair = s.pair
-    reads = np.column_stack([s.prior, s.draws])
+    reads = np.column_stack([s.prior, column(s.draws, "draws")])
     enough = pair & ((~np.isnan(reads)).sum(axis=1) >= 2)
     within = np.full(len(s.prior), np.nan)
     with np.errstate(invalid="ignore"):
@@ -67,8 +68,9 @@ def ms_adj(s: StageColumns, w: np.ndarray) -> np.ndarray:
 
 def crowd_delta_brier(s: StageColumns, w: np.ndarray) -> np.ndarray:
     """ΔBrier vs the crowd = Σw [(y − stated P)² − (y − crowd P)²] / Σw over questions with both."""
-    both = s.ok & ~np.isnan(s.crowd)
-    return weighted_mean(w, _on(both, (s.y - s.stated) ** 2 - (s.y - s.crowd) ** 2))
+    crowd = column(s.crowd, "crowd")
+    both = s.ok & ~np.isnan(crowd)
+    return weighted_mean(w, _on(both, (s.y - s.stated) ** 2 - (s.y - crowd) ** 2))
 
 
 def effect_brier(child: StageColumns, parent: StageColumns, w: np.ndarray) -> np.ndarray:

@@ -157,7 +157,7 @@ def _counts(by_stage: dict[str, dict[int, dict]], stage: str, eff: dict[str, Any
     from the stage's paired effect."""
     counts = beat_counts(by_stage[stage], by_stage.get("s0") if stage != "s0" else None, natural)
     if eff is not None:
-        summary = replicate_summary({seed or 0: b for seed, b in seed_blocks(eff)})
+        summary = replicate_summary(dict(seed_blocks(eff)))
         counts["beats_parent"] = summary["beats_parent"]
         counts["beats_parent_ci"] = summary["beats_parent_ci"]
     return counts

@@ -92,10 +92,18 @@ def effect_crossed(child: list[list[dict[str, Any]]], parent: list[list[dict[str
     out = {}
     for part, fn in stat.EFFECT.items():
         if _finite(deltas.get(part, [])):
-            block = _block(joint_draws(_each(lambda pair, w, fn=fn: fn(*pair, w), pairs), weights), n)
+            block = _block(joint_draws(_each(_paired(fn), pairs), weights), n)
             if block is not None:
                 out[part] = block
     return out
+
+
+Pair = tuple[StageColumns, StageColumns]      # a child seed's columns and its parent's
+
+
+def _paired(fn: Callable[[StageColumns, StageColumns, np.ndarray], np.ndarray]) -> Callable[[Pair, np.ndarray], np.ndarray]:
+    """The effect statistic of a (child, parent) pair under weights w."""
+    return lambda pair, w: fn(pair[0], pair[1], w)
 
 
 def _each(fn: Callable[[Any, np.ndarray], np.ndarray], seeds: list[Any]) -> Callable[[np.ndarray], np.ndarray]:

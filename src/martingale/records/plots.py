@@ -26,7 +26,7 @@ from __future__ import annotations
 import io
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,8 +34,12 @@ from ..core.lazy import module
 from ..metrics import N_BINS, calibration_bins
 from ..stats import nan_array as _arr
 from ..stats import nan_matrix
-from ..stats.seeds import as_shown, is_spread, seed_blocks, seed_values
+from ..stats.seeds import is_spread, only_seed, seed_blocks, seed_values
 from ..store.files import write_bytes
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 stats = module("scipy.stats")                     # imported on first use (martingale.core.lazy): the CLI
 _figure = module("matplotlib.figure")             # and the table import this module
@@ -47,7 +51,7 @@ DPI = 100
 _META = {"Software": None}
 
 
-def _save(fig: "_figure.Figure", path: Path) -> Path:
+def _save(fig: Figure, path: Path) -> Path:
     """Write the figure as PNG atomically (temp file in the same folder + rename)."""
     _agg.FigureCanvasAgg(fig)
     buf = io.BytesIO()
@@ -66,8 +70,7 @@ def _num(m: dict[str, Any], key: str) -> float:
 
 def _ci(m: dict[str, Any], key: str) -> tuple[float, float]:
     """A metric's CI: its own (one seed); NaNs over several seeds (they show mean ± sd)."""
-    v = m.get(key)
-    v = as_shown(v)
+    v = only_seed(m.get(key))
     if isinstance(v, list) and len(v) == 2 and None not in v:
         return float(v[0]), float(v[1])
     return float("nan"), float("nan")
@@ -80,7 +83,7 @@ def _per_seed(m: dict[str, Any], key: str) -> list[float]:
     return []
 
 
-def _panels(n: int, w: float = 3.3, h: float = 3.3, left: float = 0.75) -> tuple["_figure.Figure", list]:
+def _panels(n: int, w: float = 3.3, h: float = 3.3, left: float = 0.75) -> tuple[Figure, list[Axes]]:
     """1 × n panels with fixed margins in inches (a layout engine costs seconds per figure)."""
     n = max(n, 1)
     fig = _figure.Figure(figsize=(w * n, h))
@@ -101,7 +104,7 @@ def _fmt(v: float, spec: str = "+.3f") -> str:
 
 
 def _suffix(records: list[dict[str, Any]]) -> str:
-    seeds = sorted({r.get("seed") for r in records if r.get("seed") is not None})
+    seeds = sorted({int(r["seed"]) for r in records if r.get("seed") is not None})
     return f" (seeds {', '.join(map(str, seeds))} pooled)" if len(seeds) > 1 else ""
 
 
@@ -174,7 +177,7 @@ def reliability(run_id: str, stage_order: list[str], records: dict[str, list[dic
             ax.scatter(t["mean_p"][ok], t["freq"][ok], s=20 + 400 * t["count"][ok] / t["count"].sum(),
                        color="tab:blue", alpha=0.7, label="bins (area ∝ n)")
             hist = ax.twinx()
-            hist.hist(p, bins=np.linspace(0, 1, N_BINS + 1), color="tab:grey", alpha=0.2)
+            hist.hist(p, bins=np.linspace(0, 1, N_BINS + 1).tolist(), color="tab:grey", alpha=0.2)
             hist.set_yticks([])
             y_all = _arr([r.get("y") for r in records.get(stage, [])])
             rate = float(np.nanmean(y_all))          # over every question, parsed or not
@@ -355,8 +358,8 @@ def belief_by_turn(run_id: str, stage_order: list[str], records: dict[str, list[
 
 
 def _each_seed(value: Any) -> list[Any]:
-    """A metric's value per seed (stats.seeds.seed_values)."""
-    return seed_values(value)
+    """A metric's value per seed (stats.seeds.seed_values); none where the stage lacks it."""
+    return seed_values(value) if is_spread(value) else []
 
 
 def episodes_by_mode(runs: dict[str, dict[str, Any]], path: Path) -> Path:

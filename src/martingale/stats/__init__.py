@@ -49,7 +49,7 @@ def ms_slope(prior: np.ndarray, posterior: np.ndarray) -> float:
     of argument handling per call that a bootstrap pays thousands of times."""
     if np.ptp(prior) == 0:
         return np.nan
-    ssx, ssxy, _, _ = np.cov(prior - 0.5, posterior - prior, bias=1).flat
+    ssx, ssxy, _, _ = np.cov(prior - 0.5, posterior - prior, bias=True).flat
     return float(ssxy / ssx)
 
 

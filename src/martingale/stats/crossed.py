@@ -234,7 +234,7 @@ def seeds_to_decide(c: Combined, target: float, least: int = 2, most: int = 100)
     if target <= 0 or not c.crossed:
         return None
     for k in range(max(2, least), most + 1):
-        if half_width(c.var_seed, c.var_shared, c.var_residual, k, c.n_questions, c.level) < target:
+        if half_width(*c.parts(), k, c.n_questions, c.level) < target:
             return k
     return None
 
@@ -247,7 +247,7 @@ def questions_to_decide(c: Combined, target: float) -> Optional[int]:
         return None
 
     def fits(scale: float) -> bool:
-        return half_width(c.var_seed, c.var_shared, c.var_residual, c.k, c.n_questions, c.level, scale) < target
+        return half_width(*c.parts(), c.k, c.n_questions, c.level, scale) < target
 
     if not fits(MAX_SCALE):
         return None

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..core.lazy import module
 from . import MetricError, bootstrap_ci, ms_slope, nan_array, too_few_for_ci
@@ -79,7 +80,7 @@ def _nan_test(names: tuple[str, ...], why: str, undefined: dict[str, str]) -> fl
     return float("nan")
 
 
-def brier_effect(y: Any, p_child: Any, p_parent: Any, n_bootstrap: int = 1000, level: float = 0.95,
+def brier_effect(y: ArrayLike, p_child: ArrayLike, p_parent: ArrayLike, n_bootstrap: int = 1000, level: float = 0.95,
                  seed: int = 0) -> dict[str, Any]:
     """ΔBrier = mean over paired questions of (y − p_child)² − (y − p_parent)², with its battery."""
     y, pc, pp = (np.asarray(a, dtype=float) for a in (y, p_child, p_parent))
@@ -124,7 +125,7 @@ def brier_effect(y: Any, p_child: Any, p_parent: Any, n_bootstrap: int = 1000, l
     return out
 
 
-def ms_effect(prior_c: Any, post_c: Any, prior_p: Any, post_p: Any, n_bootstrap: int = 1000,
+def ms_effect(prior_c: ArrayLike, post_c: ArrayLike, prior_p: ArrayLike, post_p: ArrayLike, n_bootstrap: int = 1000,
               level: float = 0.95, seed: int = 0) -> dict[str, Any]:
     """ΔMS = MS(child) − MS(parent) on the same questions: paired bootstrap CI and paired
     permutation p (child/parent swapped within questions)."""
@@ -257,6 +258,10 @@ def replicate_summary(per_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _midpoint(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    return None if a is None or b is None else (a + b) / 2
+
+
 def beat_counts(per_seed_metrics: dict[int, dict[str, Any]],
                 start: dict[int, dict[str, Any]] | None,
                 natural: dict[int, dict[str, Any]] | None = None) -> dict[str, dict[str, int] | None]:
@@ -285,6 +290,5 @@ def beat_counts(per_seed_metrics: dict[int, dict[str, Any]],
     if natural is not None:
         base = {s: (natural.get(s) or {}).get("brier") for s in seeds}
         out["beats_natural_base"] = beats(base)
-        out["full_deflation"] = beats({s: None if base[s] is None or const[s] is None else (base[s] + const[s]) / 2
-                                       for s in seeds})
+        out["full_deflation"] = beats({s: _midpoint(base[s], const[s]) for s in seeds})
     return out

@@ -44,6 +44,12 @@ class Combined:
     var_residual: Optional[float] = None
     n_questions: Optional[int] = None
 
+    def parts(self) -> tuple[float, float, float]:
+        """(σ²_seed, σ²_shared, σ²_residual) of a crossed estimate; ValueError for one that is not."""
+        if self.var_seed is None or self.var_shared is None or self.var_residual is None:
+            raise ValueError("not a crossed estimate: it has no variance components")
+        return self.var_seed, self.var_shared, self.var_residual
+
     @property
     def crossed(self) -> bool:
         """Whether the interval holds the questions' noise the seeds share (stats/crossed.py)."""

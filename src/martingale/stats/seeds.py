@@ -4,11 +4,12 @@ seed's read back.
 A numeric metric over k ≥ 1 seeds is ``{mean, sd, per_seed: [v₁ … v_k]}`` (seed_spread; sd null
 for one seed), any other ``{per_seed: [...]}``; a paired effect keeps each seed's block under
 ``per_seed: {seed: block}`` beside its spread (with_seed_blocks). seed_values and seed_blocks give
-every seed's; only_seed a one-seed value itself. The one module that knows the key.
+every seed's of what the aggregate holds in memory; only_seed a one-seed value itself. The module
+that writes the key (records/eval_record.py reads a written eval.json through types).
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, TypeGuard
 
 import numpy as np
 
@@ -43,38 +44,25 @@ def combine_seeds(per_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def is_spread(value: Any) -> bool:
+def is_spread(value: object) -> TypeGuard[dict[str, Any]]:
     """Whether a value is a metric over seeds (``{…, per_seed: [...]}``)."""
     return isinstance(value, dict) and isinstance(value.get(PER_SEED), list)
 
 
-def seed_values(value: Any) -> list[Any]:
-    """A metric's value per seed: its seeds' list (a bare value: ``[value]``)."""
-    return list(value[PER_SEED]) if is_spread(value) else [value]
+def seed_values(value: dict[str, Any]) -> list[Any]:
+    """A metric's value per seed."""
+    return list(value[PER_SEED])
 
 
 def only_seed(value: Any) -> Any:
-    """A metric over one seed: that seed's value; over several, or none: None."""
+    """A metric over one seed: that seed's value; over several, or not a metric over seeds: None."""
     values = seed_values(value) if is_spread(value) else []
     return values[0] if len(values) == 1 else None
-
-
-def as_shown(value: Any) -> Any:
-    """A metric as the runs table shows it: one seed's value itself (its CI beside it), several
-    seeds' spread (mean ± sd)."""
-    if is_spread(value) and len(value[PER_SEED]) == 1:
-        return value[PER_SEED][0]
-    return value
 
 
 def with_seed_blocks(blocks: dict[int, dict[str, Any]], **rest: Any) -> dict[str, Any]:
     """A paired effect over its seeds: each seed's block (by seed, as a string key) and ``rest``."""
     return {PER_SEED: {str(s): b for s, b in blocks.items()}, **rest}
-
-
-def has_seed_blocks(effect: Any) -> bool:
-    """Whether a paired effect holds its seeds' blocks (with_seed_blocks)."""
-    return isinstance(effect, dict) and isinstance(effect.get(PER_SEED), dict)
 
 
 def only_block(effect: dict[str, Any]) -> Optional[dict[str, Any]]:
@@ -83,12 +71,9 @@ def only_block(effect: dict[str, Any]) -> Optional[dict[str, Any]]:
     return blocks[0][1] if len(blocks) == 1 else None
 
 
-def seed_blocks(effect: dict[str, Any]) -> list[tuple[Optional[int], dict[str, Any]]]:
-    """A paired effect's (seed, block) per seed, by seed (a bare block: ``[(None, effect)]``)."""
-    if not has_seed_blocks(effect):
-        return [(None, effect)]
-    return sorted(((int(s) if str(s).isdigit() else 0, b) for s, b in effect[PER_SEED].items()),
-                  key=lambda sb: sb[0])
+def seed_blocks(effect: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+    """A paired effect's (seed, block) per seed, by seed."""
+    return sorted(((int(s), b) for s, b in effect[PER_SEED].items()), key=lambda sb: sb[0])
 
 
 def combined_values(stage: dict[str, Any]) -> dict[str, Any]:

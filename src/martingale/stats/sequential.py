@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Optional
 
 import numpy as np
 
@@ -37,12 +38,14 @@ def crossing_probability(c: float, looks: int, grid: int = 401) -> float:
     """P(max_j |Z_j| ≥ c) over ``looks`` looks at equal steps of information, Z_j = S_j/√j the
     standardised sums of independent N(0, 1) steps: 1 − the mass the recursion keeps inside ±c√j."""
     step = 2 * c * math.sqrt(looks) / (grid - 1)
-    x = w = density = None            # the previous look's grid, its weights and the paths' density there
+    x: Optional[np.ndarray] = None         # the previous look's grid, its weights and the paths' density there
+    w: Optional[np.ndarray] = None
+    density: Optional[np.ndarray] = None
     inside = 1.0
     for j in range(1, looks + 1):
         bound = c * math.sqrt(j)
         nxt = np.linspace(-bound, bound, max(3, int(2 * bound / step) | 1))
-        dens = _pdf(nxt) if density is None else _pdf(nxt[:, None] - x[None, :]) @ (density * w)
+        dens = _pdf(nxt) if x is None or w is None or density is None else _pdf(nxt[:, None] - x[None, :]) @ (density * w)
         w = np.full(len(nxt), nxt[1] - nxt[0])
         w[0] = w[-1] = (nxt[1] - nxt[0]) / 2        # trapezoid
         x, density = nxt, dens

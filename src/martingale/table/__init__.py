@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Optional
 
 import yaml
 
+from ..config.runs import RunTree
 from ..store.files import write_bytes_if_changed, write_text_if_changed
 from . import findings, forest, looks, markdown, page
-from .rows import TableError, build_table, check_no_corrupt, check_no_vanished, previous_rows
+from .rows import Row, TableError, build_table, check_no_corrupt, check_no_vanished, previous_states
 from .schema import check_rows, schema_errors
 
 TABLE = "runs.json"
@@ -42,22 +44,22 @@ def load_claims(root: Path) -> dict[str, str]:
     return {str(k): v for k, v in data.items()}
 
 
-def rows_json(rows: list[dict]) -> str:
+def rows_json(rows: list[Row]) -> str:
     """runs.json's bytes: a JSON array with one row per line (sorted keys): diffs show the runs
     that changed, and the C encoder keeps a thousand rows fast. NaN is refused (rows use null)."""
     lines = [json.dumps(r, sort_keys=True, ensure_ascii=False, allow_nan=False) for r in rows]
     return "[\n" + ",\n".join(lines) + "\n]\n" if lines else "[]\n"
 
 
-def write_table(root: Path | str = ".", tree=None) -> Path:
+def write_table(root: Path | str = ".", tree: Optional[RunTree] = None) -> Path:
     """Regenerate runs.json, RUNS.md, runs.html and FINDINGS.md under root; returns runs.json's
     path. Nothing is written unless every check passes (no vanished row, no corrupt result,
     schema-valid rows, a valid conf/findings.yaml)."""
     root = Path(root)
     path = root / TABLE
     rows = build_table(root, tree)
-    check_no_vanished(previous_rows(path), rows)
-    check_no_corrupt(rows)
+    check_no_vanished(previous_states(path), rows)
+    check_no_corrupt(root, rows)
     if errors := check_rows(rows):
         raise TableError(f"runs.json: schema: {errors[0]}")
     claims = load_claims(root)

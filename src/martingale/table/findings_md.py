@@ -11,7 +11,7 @@ from ..stats.replicates import Combined
 from ..stats.verdicts import INCONCLUSIVE, NO_RESULT, NOT_REPRODUCED, PROVISIONAL, REPRODUCED
 from .finding_reads import Result
 from .finding_spec import COUNTS, FINDINGS, Finding, fill_why
-from .fmt import cell, num, pval
+from .fmt import cell, mean_sd, num, pval
 from .fmt import ci as ci_text
 
 HEADER = """# Findings
@@ -89,7 +89,7 @@ def _value(f: Finding, r: Result) -> str:
     """The number [CI]: one seed's, or the seeds' combined estimate with its CI."""
     d, signed = _digits(f)
     if f.metric in COUNTS:
-        return f"{r.samples[0][1]} seeds" if r.samples else "–"
+        return f"{r.count.k}/{r.count.n} seeds" if r.count is not None else "–"
     if r.combined is not None:
         return num(r.combined.estimate, d, signed) + ci_text(r.combined.ci, d, signed)
     if len(r.samples) == 1:
@@ -99,7 +99,7 @@ def _value(f: Finding, r: Result) -> str:
     if not values:
         return "–"
     sd = statistics.stdev(values) if len(values) > 1 else None
-    return num({"mean": statistics.fmean(values), "sd": sd}, d, signed) + f" ({len(values)} seeds)"
+    return mean_sd(statistics.fmean(values), sd, d, signed) + f" ({len(values)} seeds)"
 
 
 def _verdict(r: Result) -> str:
@@ -130,7 +130,8 @@ def questions_text(r: Result) -> str:
     """Held-out questions to decide with today's seeds: a count, or why none."""
     if r.questions_needed is not None:
         return f"{r.questions_needed:,}"
-    return "– (questions unknown)" if r.combined.n_questions is None else "> 100× (the seeds' spread)"
+    known = r.combined is not None and r.combined.n_questions is not None
+    return "> 100× (the seeds' spread)" if known else "– (questions unknown)"
 
 
 def _expect(f: Finding) -> str:

@@ -80,7 +80,8 @@ def load_plan(root: Path | str) -> DecidePlan:
     for key in data:
         if key not in PLAN_KEYS:
             raise TableError(f"{DECIDE}: {key}: unknown key (expected " + ", ".join(PLAN_KEYS) + ")")
-    plan = DecidePlan(**{k: tuple(v) if k == "seeds" and isinstance(v, list) else v for k, v in data.items()})
+    given: dict[str, Any] = {k: tuple(v) if k == "seeds" and isinstance(v, list) else v for k, v in data.items()}
+    plan = DecidePlan(**given)              # YAML's values, each checked below
     checks = {
         "looks": isinstance(plan.looks, int) and not isinstance(plan.looks, bool) and plan.looks >= 1,
         "seeds": all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in plan.seeds)
@@ -142,7 +143,7 @@ def look_runs(tree: RunTree, run: str, k: int, draw: int, paired: set[str]) -> l
         return []
     claims = tuple(spec.claims)
     what = f"martingale decide: {run} on {k} seeds" + (f", held-out draw {draw}" if draw else "")
-    if run in paired and spec.parent is not None:
+    if run in paired and spec.parent is not None and spec.knob is not None:
         parents = look_runs(tree, spec.parent, k, draw, paired)
         parent = look_name(spec.parent, k, draw, len(base_seeds(tree, spec.parent)))
         return parents + [LookRun(name, parent, spec.knob, what, claims)]

@@ -3,8 +3,11 @@ landing first), the claims section (claim → supporting runs with their headlin
 Excluded section (invalid runs with their bug). Generated from the rows; never edited by hand."""
 from __future__ import annotations
 
+from typing import Iterable
+
 from ..metrics import table_columns
-from .fmt import brier, cell, ci, effect, ms, num
+from .fmt import brier, cell, effect, metric, ms
+from .runs_row import Row
 
 HEADER = """# Runs
 
@@ -16,35 +19,34 @@ better).
 """
 
 
-def chronological(rows) -> list[dict]:
+def chronological(rows: Iterable[Row]) -> list[Row]:
     """Newest first: runs not landed yet (queued, running, crashed) on top, then by landing time
     descending; ties by run-id (two stable sorts)."""
     by_id = sorted(rows, key=lambda r: r["run_id"])
     return sorted(by_id, key=lambda r: (not r.get("landed"), r.get("landed") or ""), reverse=True)
 
 
-def master_table(rows: list[dict]) -> list[str]:
+def master_table(rows: list[Row]) -> list[str]:
     """RUNS.md's master runs table: one row per valid run; a declared table metric that some run
     has adds a column."""
-    extra = {k: c for k, c in table_columns().items() if any(k in (r.get("metrics") or {}) for r in rows)}
+    extra = {k: c for k, c in table_columns().items() if any(k in (r["metrics"]) for r in rows)}
     lines = ["## Master runs table", "",
              "One strict line per run, reverse-chronological. State ∈ done / running / queued / crashed.", "",
              "| run_id | parent | Δ vs parent | model | state | stage | Brier | MS | "
              + "".join(f"{c.label} | " for c in extra.values()) + "effect vs parent | landed | verdict |",
              "|---|---|---|---|---|---|---|---|" + "---|" * len(extra) + "---|---|---|"]
     for r in chronological(r for r in rows if r["state"] != "invalid"):
-        m = r.get("metrics") or {}
+        m = r["metrics"]
         state = r["state"] + (f" ({r['log']})" if r.get("log") else "")
         cells = [r["run_id"], r.get("parent"), r.get("knob"), r.get("model"), state, r.get("stage"),
                  brier(m) if m else None, ms(m) if m else None,
-                 *(num(m.get(k), c.digits, c.signed) + ci(m.get(f"{k}_ci"), c.digits, c.signed) if k in m else None
-                   for k, c in extra.items()),
+                 *(metric(m, k, c.digits, c.signed) if k in m else None for k, c in extra.items()),
                  effect(r.get("effect")), r.get("landed"), r.get("verdict")]
         lines.append("| " + " | ".join(cell(c) for c in cells) + " |")
     return lines
 
 
-def claims_section(rows: list[dict], claims: dict[str, str]) -> list[str]:
+def claims_section(rows: list[Row], claims: dict[str, str]) -> list[str]:
     """RUNS.md's claims → runs section."""
     lines = ["## Claims → supporting runs", ""]
     named = sorted(set(claims) | {c for r in rows for c in r.get("claims") or []})
@@ -58,7 +60,7 @@ def claims_section(rows: list[dict], claims: dict[str, str]) -> list[str]:
             lines += ["No supporting run yet.", ""]
             continue
         for r in sorted(support, key=lambda r: r["run_id"]):
-            m = r.get("metrics") or {}
+            m = r["metrics"]
             if r["state"] == "done":
                 detail = (f"{r.get('stage')}: Brier {brier(m)}, MS {ms(m)}; "
                           f"effect vs {r.get('parent')}: {effect(r.get('effect'))}")
@@ -70,7 +72,7 @@ def claims_section(rows: list[dict], claims: dict[str, str]) -> list[str]:
     return lines
 
 
-def excluded_section(rows: list[dict]) -> list[str]:
+def excluded_section(rows: list[Row]) -> list[str]:
     """RUNS.md's Excluded section: each invalid run with its bug named."""
     lines = ["## Excluded (invalidated by bugs — kept for honesty, not analysis)", "",
              "| run_id | parent | Δ vs parent | landed | bug |", "|---|---|---|---|---|"]
@@ -80,7 +82,7 @@ def excluded_section(rows: list[dict]) -> list[str]:
     return lines
 
 
-def render(rows: list[dict], claims: dict[str, str]) -> str:
+def render(rows: list[Row], claims: dict[str, str]) -> str:
     """RUNS.md's text."""
     parts = [HEADER, *master_table(rows), "", *claims_section(rows, claims), *excluded_section(rows)]
     return "\n".join(parts).rstrip("\n") + "\n"

@@ -10,6 +10,7 @@ from importlib import resources
 from typing import Any, Optional
 
 from ..metrics import table_columns
+from .runs_row import Row
 
 
 def _embed(obj: Any) -> str:
@@ -18,7 +19,7 @@ def _embed(obj: Any) -> str:
     return text.replace("</", "<\\/").replace("<!--", "<\\!--")
 
 
-def render(rows: list[dict], claims: dict[str, str], forest: Optional[str] = None) -> str:
+def render(rows: list[Row], claims: dict[str, str], forest: Optional[str] = None) -> str:
     """The page; ``forest``: FINDINGS.md's forest plot beside it (a file name), shown under the table."""
     template = resources.files(__package__).joinpath("page.html").read_text(encoding="utf-8")
     figure = (f'<h2>Findings</h2>\n<p class="sub">Each finding of <a href="FINDINGS.md">FINDINGS.md</a>: '

@@ -17,17 +17,18 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Literal, Optional, cast
 
 from ..config.runs import RunTree
 from ..metrics import table_columns
-from ..plan import config_hash, current_index
-from ..stats.seeds import as_shown
+from ..plan import current_index
+from ..records.eval_record import EvalRecord, EvalSchemaError, Metric, Spread, read_eval
 from ..store import STORE, stage_dir
-from ..store.files import read_optional, read_optional_yaml
+from ..store.files import read_optional
 from ..store.locks import lock_state
 from ..store.manifest import MANIFEST
 from ..store.provenance import summary
+from .runs_row import Artifacts, Provenance, Row, RowEffect, Seeded
 
 HEADLINE = ("n", "brier", "brier_ci", "ms", "ms_ci", "bss", "parse_rate")
 
@@ -44,37 +45,39 @@ EFFECT = ("stage", "parent_stage", "compares", "n_paired", "brier_delta", "brier
 # SLURM writes "CANCELLED" / "DUE TO TIME LIMIT" into its job log.
 _ERROR_MARKS = ("stage failed", "Traceback (most recent call last)", "Error", "CANCELLED", "DUE TO TIME LIMIT")
 RUN_FILES = ("eval.json", "records.jsonl", "config.yaml", "lineage.json")
+ARTIFACT_KEYS: dict[str, Literal["eval", "records", "config", "lineage"]] = {
+    "eval.json": "eval", "records.jsonl": "records", "config.yaml": "config", "lineage.json": "lineage"}
 
 
 class TableError(ValueError):
     """The table cannot be regenerated without losing a row."""
 
 
-def _last_stage(evals: Any) -> tuple[Optional[str], dict]:
-    stages = evals.get("stages") if isinstance(evals, dict) else None
-    if isinstance(stages, dict) and stages:
-        name = list(stages)[-1]
-        return str(name), stages[name] if isinstance(stages[name], dict) else {}
-    return None, {}
+def shown(metric: Metric) -> Seeded:
+    """A stage metric as a row holds it (runs_row.Seeded): eval.json's mean and sd where it has
+    them (a numeric metric), null otherwise, and each seed's value."""
+    if isinstance(metric, Spread):
+        return Seeded(mean=metric.mean, sd=metric.sd, per_seed=list(metric.per_seed))
+    return Seeded(mean=None, sd=None, per_seed=list(metric.per_seed))
 
 
-def _effect(evals: Any) -> Optional[dict]:
-    eff = evals.get("effect") if isinstance(evals, dict) else None
-    head = eff.get("headline") if isinstance(eff, dict) else None
-    return {k: head[k] for k in EFFECT if k in head} if isinstance(head, dict) else None
+def _metrics(evals: Optional[EvalRecord]) -> dict[str, Seeded]:
+    """The headline metrics of the run's last stage."""
+    if evals is None:
+        return {}
+    last = evals.stages[evals.final].metrics
+    return {k: shown(last[k]) for k in headline_keys() if k in last}
 
 
-def _provenance(evals: Any) -> Optional[dict]:
+def _effect(evals: Optional[EvalRecord]) -> Optional[RowEffect]:
+    head = evals.effect.headline if evals is not None and evals.effect is not None else None
+    return cast(RowEffect, {k: head[k] for k in EFFECT if k in head}) if head is not None else None
+
+
+def _provenance(evals: Optional[EvalRecord]) -> Optional[Provenance]:
     """What the run's stages ran with (eval.json's stage_provenance, compacted: martingale.store.provenance.
-    summary): {versions, weights_sha256}; None for results without it."""
-    docs = evals.get("stage_provenance") if isinstance(evals, dict) else None
-    return summary(docs, STORE) if isinstance(docs, dict) else None
-
-
-def _replicates(stage: dict) -> int:
-    """Seeds that reached the last stage: a multi-seed stage lists them, one seed is one."""
-    seeds = stage.get("seeds")
-    return len(seeds) if isinstance(seeds, list) else (1 if stage else 0)
+    summary): {versions, weights_sha256}."""
+    return cast(Optional[Provenance], summary(dict(evals.stage_provenance), STORE)) if evals is not None else None
 
 
 def _log_failed(path: Path) -> bool:
@@ -150,76 +153,81 @@ class _Files:
         return agg.relative_to(self.root).as_posix() if agg.is_file() else None
 
 
-def _built_hash(root: Path, run_id: str, evals: dict) -> Optional[str]:
-    """The config hash a run's results were built with: eval.json records it; older results are
-    hashed from their results/<run>/config.yaml."""
-    if isinstance(evals.get("config_hash"), str):
-        return evals["config_hash"]
-    cfg = read_optional_yaml(root / "results" / run_id / "config.yaml")
-    return config_hash(cfg) if isinstance(cfg, dict) else None
-
-
-def _artifacts(root: Path, run_id: str, chain: list[str]) -> dict[str, Any]:
+def _artifacts(root: Path, run_id: str, chain: list[str]) -> Artifacts:
     out = f"results/{run_id}"
     stages = [stage_dir(s) for s in chain]
     try:
         present = set(os.listdir(root / out))
     except OSError:
         return {"plots": [], "stages": stages}
-    files = {name.split(".")[0]: f"{out}/{name}" for name in RUN_FILES if name in present}
     plots = sorted(f"{out}/plots/{p}" for p in os.listdir(root / out / "plots") if p.endswith(".png")) \
         if "plots" in present else []
-    return {**files, "plots": plots, "stages": stages}
+    found: Artifacts = {"plots": plots, "stages": stages}
+    for name in RUN_FILES:
+        if name in present:
+            found[ARTIFACT_KEYS[name]] = f"{out}/{name}"
+    return found
 
 
-def build_row(root: Path, tree: RunTree, index: dict, files: _Files, run_id: str) -> dict[str, Any]:
+def _read(root: Path, run_id: str) -> tuple[Optional[EvalRecord], bool]:
+    """(the run's eval.json, whether it exists); an unreadable one, or one of an older shape, is
+    (None, True): the row is corrupt."""
+    path = root / "results" / run_id / "eval.json"
+    if not path.exists():
+        return None, False
+    try:
+        return read_eval(path, f"results/{run_id}/eval.json"), True
+    except EvalSchemaError:
+        return None, True
+
+
+def _state(spec_invalid: bool, done: bool, evals: Optional[EvalRecord], built_for: Optional[str],
+           files: _Files, run_id: str, chain: list[str]) -> tuple[str, Optional[str]]:
+    """(state, log) by the module docstring's rules."""
+    log = None if done else files.failed_log(run_id, chain)
+    if spec_invalid:
+        return "invalid", log
+    if done and evals is None:
+        return "corrupt", f"results/{run_id}/eval.json"
+    if evals is not None:
+        return ("stale" if evals.config_hash != built_for else "done"), log
+    if files.being_written(chain):
+        return "running", None
+    if log:
+        return "crashed", log
+    if (aborted := files.killed(run_id, chain)) is not None:
+        return "crashed", aborted or None
+    return "queued", None
+
+
+def build_row(root: Path, tree: RunTree, index: dict[str, Any], files: _Files, run_id: str) -> Row:
+    """The run's row (the module docstring's states)."""
     spec = tree.specs[run_id]
     info = index["runs"].get(run_id, {})
     chain = list(info.get("chain", []))
-    row: dict[str, Any] = {"run_id": run_id, "parent": spec.parent, "knob": spec.knob}
-    row.update(spec.metadata())
-    row.update({k: info.get(k) for k in ("model", "start", "elicit", "stage_chain", "seeds", "config_hash")})
-    row["needs"] = list(info.get("needs", []))
-    evals_path = root / "results" / run_id / "eval.json"
-    done = evals_path.exists()
-    evals = read_optional(evals_path) if done else None
-    log = None if done else files.failed_log(run_id, chain)
-    if spec.invalid:
-        state = "invalid"
-    elif done and not isinstance(evals, dict):
-        state, log = "corrupt", evals_path.relative_to(root).as_posix()
-    elif done and _built_hash(root, run_id, evals) != info.get("config_hash"):
-        state = "stale"
-        row["built_knob"] = evals.get("knob")
-    elif done:
-        state = "done"
-    elif files.being_written(chain):
-        state, log = "running", None
-    elif log:
-        state = "crashed"
-    elif (aborted := files.killed(run_id, chain)) is not None:
-        state, log = "crashed", aborted or None
-    else:
-        state = "queued"
-    stage, last = _last_stage(evals)
+    evals, done = _read(root, run_id)
+    state, log = _state(bool(spec.invalid), done, evals, info.get("config_hash"), files, run_id, chain)
     landed = read_optional(root / "results" / run_id / "landed.json")
-    row.update(
-        state=state,
-        log=log,
-        stage=stage,
-        metrics={k: as_shown(last[k]) for k in headline_keys() if k in last},
-        effect=_effect(evals),
-        provenance=_provenance(evals),
-        replicates=_replicates(last),
-        landed=landed.get("landed") if isinstance(landed, dict) else None,
-        artifacts=_artifacts(root, run_id, chain),
-        wandb={"name": run_id, "group": info.get("group"),
-               "project": str((info.get("wandb") or {}).get("project") or "martingale")},
-    )
+    wandb = info.get("wandb") or {}
+    row: Row = {
+        "run_id": run_id, "parent": spec.parent, "knob": spec.knob, "question": spec.question,
+        "claims": list(spec.claims), "owner": spec.owner, "verdict": spec.verdict, "invalid": spec.invalid,
+        "model": info.get("model"), "start": info.get("start"), "elicit": info.get("elicit"),
+        "stage_chain": info.get("stage_chain"), "seeds": info.get("seeds"), "config_hash": info.get("config_hash"),
+        "needs": list(info.get("needs", [])), "state": state, "log": log,
+        "stage": evals.final if evals is not None else None,
+        "metrics": _metrics(evals), "effect": _effect(evals), "provenance": _provenance(evals),
+        "replicates": len(evals.stages[evals.final].seeds) if evals is not None else 0,
+        "landed": landed.get("landed") if isinstance(landed, dict) else None,
+        "artifacts": _artifacts(root, run_id, chain),
+        "wandb": {"name": run_id, "group": info.get("group"), "project": str(wandb.get("project") or "martingale")},
+    }
+    if state == "stale" and evals is not None:
+        row["built_knob"] = evals.knob
     return row
 
 
-def build_table(root: Path | str = ".", tree: RunTree | None = None) -> list[dict]:
+def build_table(root: Path | str = ".", tree: RunTree | None = None) -> list[Row]:
     """One row per run, sorted by run-id. Run files are read without composing; model, stage chain
     and config hash come from the plan index (re-planned only when conf/ changed)."""
     root = Path(root)
@@ -229,35 +237,44 @@ def build_table(root: Path | str = ".", tree: RunTree | None = None) -> list[dic
     return [build_row(root, tree, index, files, run_id) for run_id in tree.ids()]
 
 
-def previous_rows(path: Path) -> list[dict]:
-    """The rows of the runs.json written last (none if absent or unreadable)."""
+def previous_states(path: Path) -> dict[str, Optional[str]]:
+    """Each run of the runs.json written last and its state (none if absent or unreadable): all
+    the no-vanish check reads of a file about to be rewritten, whatever shape it was written in."""
     data = read_optional(path)
-    return [r for r in data if isinstance(r, dict) and "run_id" in r] if isinstance(data, list) else []
+    rows = [r for r in data if isinstance(r, dict) and isinstance(r.get("run_id"), str)] if isinstance(data, list) else []
+    return {r["run_id"]: r.get("state") if isinstance(r.get("state"), str) else None for r in rows}
 
 
-def check_no_vanished(previous: list[dict], rows: list[dict]) -> None:
+def check_no_vanished(previous: dict[str, Optional[str]], rows: list[Row]) -> None:
     """A row is never dropped: a vanished run file or a done run's vanished results is an error
     that says how to record the run as invalid instead."""
     now = {r["run_id"]: r for r in rows}
-    for old in previous:
-        run_id = old["run_id"]
+    for run_id, state in previous.items():
         new = now.get(run_id)
         if new is None:
             raise TableError(
-                f"conf/runs/{run_id}.yaml vanished but runs.json has its row ({old.get('state')}): "
+                f"conf/runs/{run_id}.yaml vanished but runs.json has its row ({state}): "
                 f"restore the file and mark the run `invalid: \"<bug>\"` instead of deleting it")
-        if old.get("state") in ("done", "stale") and new["state"] not in ("done", "stale", "invalid", "corrupt"):
+        if state in ("done", "stale") and new["state"] not in ("done", "stale", "invalid", "corrupt"):
             raise TableError(
                 f"results/{run_id}/eval.json vanished: mark the run `invalid: \"<bug>\"` in "
                 f"conf/runs/{run_id}.yaml or rebuild it")
 
 
-def check_no_corrupt(rows: list[dict]) -> None:
-    """An unreadable result is never shown as a row: the table step fails naming it."""
+def check_no_corrupt(root: Path, rows: list[Row]) -> None:
+    """An unreadable result, or one of an older shape, is never shown as a row: the table step
+    fails in one line naming it and what it breaks."""
     bad = [r for r in rows if r["state"] == "corrupt"]
-    if bad:
-        raise TableError(f"{bad[0]['log']}: unreadable (not a JSON object): delete it and rebuild with "
-                         f"`snakemake {bad[0]['log']}`" + (f" ({len(bad) - 1} more corrupt)" if len(bad) > 1 else ""))
+    if not bad:
+        return
+    where = str(bad[0]["log"])
+    try:
+        read_eval(root / where, where)
+        why = f"{where}: unreadable"
+    except EvalSchemaError as e:
+        why = str(e)
+    raise TableError(f"{why}: delete it and rebuild with `snakemake {where}`"
+                     + (f" ({len(bad) - 1} more corrupt)" if len(bad) > 1 else ""))
 
 
-__all__ = ["TableError", "build_table", "check_no_corrupt", "check_no_vanished", "previous_rows", "STORE"]
+__all__ = ["Row", "TableError", "build_table", "check_no_corrupt", "check_no_vanished", "previous_states", "STORE"]

@@ -14,7 +14,7 @@ from ..stats.replicates import Combined
 from ..world import worlds
 from . import findings, fmt
 from .findings import Finding, Result
-from .rows import TableError
+from .rows import Row, TableError
 
 
 @dataclass(frozen=True)
@@ -41,10 +41,10 @@ class Routes:
         costs = {"seeds": self.seeds_cost, "questions": self.questions_cost}
         known = {k: v for k, v in costs.items() if v is not None}
         if known:
-            return min(known, key=known.get)
-        gains = {"seeds": self.seed_gain, "questions": self.question_gain}
-        gains = {k: v for k, v in gains.items() if v is not None and v > 0}
-        return max(gains, key=gains.get) if gains else "neither"
+            return min(known, key=lambda k: known[k])
+        each = {"seeds": self.seed_gain, "questions": self.question_gain}
+        gains = {k: v for k, v in each.items() if v is not None and v > 0}
+        return max(gains, key=lambda k: gains[k]) if gains else "neither"
 
 
 def finding_runs(plan: Plan, f: Finding) -> list[str]:
@@ -64,7 +64,7 @@ def routes(plan: Plan, root: Path | str, f: Finding, r: Result) -> Optional[Rout
         return None
     runs = finding_runs(plan, f)
     per_seed = cost.seed_hours(plan, runs, root)
-    parts = (c.var_seed, c.var_shared, c.var_residual)
+    parts = c.parts()
     now = crossed.half_width(*parts, c.k, c.n_questions, c.level)
     seeds = Routes(now, per_seed, _per_hour(now - crossed.half_width(*parts, c.k + 1, c.n_questions, c.level), per_seed),
                    r.needed, None if r.needed is None else max(0, r.needed - c.k) * per_seed)
@@ -81,28 +81,30 @@ def routes(plan: Plan, root: Path | str, f: Finding, r: Result) -> Optional[Rout
 
 def describe(way: Routes, c: Combined, digits: int) -> list[str]:
     """A finding's two routes to a decision, in two lines: what each narrows per stage-hour, and
-    how many of each would decide it at its current estimate."""
+    how many of each would decide it at its current estimate (a redraw where ``routes`` priced one:
+    no ``no_questions``, so the question count and its hours are known)."""
     lines = [f"half-width now {fmt.num(way.half_width, digits)}; per stage-hour one more seed takes off "
              f"{fmt.num(way.seed_gain, digits)} ({cost.hours(way.seed_hours)} h a seed)"]
+    n, redraw = c.n_questions or 0, way.redraw_hours or 0.0
     if way.no_questions:
         lines[0] += f"; no redraw ({way.no_questions})"
     else:
-        lines[0] += (f", {c.n_questions:,} more held-out questions {fmt.num(way.question_gain, digits)} "
-                     f"({cost.hours(way.redraw_hours)} h a redraw)")
+        lines[0] += (f", {n:,} more held-out questions {fmt.num(way.question_gain, digits)} "
+                     f"({cost.hours(redraw)} h a redraw)")
     seeds_text = "no number of seeds up to 100 (the questions' shared noise)" if way.seeds is None else \
-        f"{way.seeds} seeds (+{max(0, way.seeds - c.k)}, ≈ {cost.hours(way.seeds_cost)} h)"
+        f"{way.seeds} seeds (+{max(0, way.seeds - c.k)}, ≈ {cost.hours(way.seeds_cost or 0.0)} h)"
     if way.no_questions:
         questions_text = "no redraw"
     elif way.questions is None:
         questions_text = "no number of questions up to 100× (the seeds' spread)"
     else:
-        questions_text = (f"{way.questions:,} questions (+{max(0, way.questions - c.n_questions):,}, "
-                          f"≈ {cost.hours(way.questions_cost)} h)")
+        questions_text = (f"{way.questions:,} questions (+{max(0, way.questions - n):,}, "
+                          f"≈ {cost.hours(way.questions_cost or 0.0)} h)")
     lines.append(f"to decide at this estimate: {seeds_text}, or {questions_text}; cheaper: {way.cheaper}")
     return lines
 
 
-def open_findings(root: Path | str, rows: list[dict]) -> list[str]:
+def open_findings(root: Path | str, rows: list[Row]) -> list[str]:
     """``martingale status``'s lines: the inconclusive findings and the cheaper way to decide each."""
     try:
         found, results, _ = findings.evaluate(root, rows)
@@ -125,5 +127,7 @@ def open_findings(root: Path | str, rows: list[dict]) -> list[str]:
             continue
         d = 4 if "brier" in f.metric else 3
         c = r.combined
+        if c is None:              # routes returned a way: never None here
+            continue
         lines.append(f"  {f.id}: {findings.components_text(c, d)}; " + describe(way, c, d)[1])
     return lines
