@@ -291,7 +291,7 @@ def _rounds(root: Path, plan: DecidePlan, builder: "Builder", budget: float, inc
         paired = {g.run for g in found or () if g.metric in findings.EFFECTS}
         steps = []
         for f in waiting:
-            evals_only = not worlds()[tree.resolved_config(f.run)["world"]["name"]].one_split
+            evals_only = not worlds()[tree.resolved(f.run).world.name].one_split
             step = next_step(root, tree, cplan, plan, f, results[f.id], paired, evals_only)
             if step is not None and (f.id, step.k, step.draws) not in tried:
                 steps.append(step)

@@ -1,6 +1,7 @@
 """`martingale questions check, import, export-synthetic`: questions files (world=jsonl)."""
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import List
 
@@ -101,7 +102,7 @@ def questions_export(
     tree = _tree(compose=False)
     _need(tree, run)
     try:
-        world = SyntheticWorld({**tree.resolved_config(run)["world"], "name": "synthetic"})
+        world = SyntheticWorld({**asdict(tree.resolved(run).world), "name": "synthetic"})
         rows = exported_rows(world)
     except (RunError, ValueError) as e:
         fail(str(e).splitlines()[0])

@@ -15,10 +15,12 @@ from ..config.runs import RunError
 from ..core.settings import ProjectPath
 from ..plan import Plan, cost
 from ..plan.needs import Need, unmet
+from ..records.eval_record import EvalSchemaError, read_eval
 from ..records.plots import episodes_by_mode
 from ..stats.replicates import MIN_SEEDS
 from ..store.locks import live_snakemakes, locked, stale_lock
 from ..table import OUTPUTS, TableError, build_table, findings, fmt, write_table
+from ..table.runs_row import Row
 from ..table.to_decide import describe, finding_runs, open_findings, routes
 from .common import STATE, _tree, app, fail, out
 
@@ -67,7 +69,7 @@ def status() -> None:
         out.print(line, markup=False)
 
 
-def run_label(r: dict, lacking: list) -> str:
+def run_label(r: Row, lacking: list) -> str:
     """A run's line in the tree: id, state, knob, headline, bug, what it lacks here, its log."""
     style = STATE_STYLE.get(r["state"], "")
     text = f"[bold]{r['run_id']}[/]  [{style}]{r['state']}[/]"
@@ -84,7 +86,7 @@ def run_label(r: dict, lacking: list) -> str:
     return text
 
 
-def run_tree(rows: dict[str, dict], unmet_here: dict[str, list]) -> Tree:
+def run_tree(rows: dict[str, Row], unmet_here: dict[str, list]) -> Tree:
     """The run tree, each run under its parent."""
     children: dict[Optional[str], list[str]] = {}
     for run_id, r in sorted(rows.items()):
@@ -98,7 +100,7 @@ def run_tree(rows: dict[str, dict], unmet_here: dict[str, list]) -> Tree:
     return tree
 
 
-def provisional_lines(rows: list[dict]) -> list[str]:
+def provisional_lines(rows: list[Row]) -> list[str]:
     """The provisional findings (trained, fewer than 3 seeds) and what building them to 3 would
     cost (cost.seed_hours: each more seed of the run, and of its parent for an effect)."""
 
@@ -173,7 +175,7 @@ def seeds(finding: str = typer.Argument(..., help="A finding id of conf/findings
               markup=False)
 
 
-def advice(rows: dict[str, dict]) -> list[str]:
+def advice(rows: dict[str, Row]) -> list[str]:
     """What to run about stale and corrupt results and about Snakemake's lock after a crash."""
     lines = []
     for r in rows.values():
@@ -230,10 +232,13 @@ def figure(which: str = typer.Argument("modes", help="modes: the two-agent runs 
     runs = {}
     for run_id in tree.ids():
         path = STATE.root / "results" / run_id / "eval.json"
-        try:
-            runs[run_id] = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
+        if not path.is_file():
             continue
+        try:
+            read_eval(path)   # an older shape is refused in one line before it is plotted
+            runs[run_id] = json.loads(path.read_text(encoding="utf-8"))
+        except EvalSchemaError as e:
+            fail(str(e))
         except (OSError, ValueError) as e:
             fail(f"{path}: unreadable ({e})")
     written = episodes_by_mode(runs, STATE.root / output)

@@ -175,7 +175,7 @@ def evaluate(root: Path | str, rows: list[Row]) -> tuple[Optional[list[Finding]]
             continue
         look = current_look(tree, f.run, plan, lambda r: r in by_id and by_id[r]["state"] == "done")
         first, *others = [reading(r, f) for r in look.runs]
-        redraws = not worlds()[tree.resolved_config(f.run)["world"]["name"]].one_split
+        redraws = not worlds()[tree.resolved(f.run).world.name].one_split
         results[f.id] = result(f, *first, more=tuple(others), boundary=plan.bound(), look=look,
                                max_seeds=plan.max_seeds, max_draws=plan.draws if redraws else 1)
     decide(findings or [], results)

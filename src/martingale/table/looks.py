@@ -101,7 +101,7 @@ def load_plan(root: Path | str) -> DecidePlan:
 
 def base_seeds(tree: RunTree, run: str) -> list[int]:
     """The run's own seeds, as its config lists them (before a reseed's offset)."""
-    return [int(s) for s in tree.resolved_config(run)["seeds"]]
+    return list(tree.resolved(run).seeds)
 
 
 def seeds_knob(seeds: list[int], k: int) -> list[int]:

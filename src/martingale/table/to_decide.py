@@ -70,7 +70,7 @@ def routes(plan: Plan, root: Path | str, f: Finding, r: Result) -> Optional[Rout
                    r.needed, None if r.needed is None else max(0, r.needed - c.k) * per_seed)
     if c.n_questions is None:
         return replace(seeds, no_questions="no records: the question count is unknown")
-    if any(worlds()[plan.resolved_config(run)["world"]["name"]].one_split for run in runs):
+    if any(worlds()[plan.resolved(run).world.name].one_split for run in runs):
         return replace(seeds, no_questions="the questions are a file's (world=jsonl): a redraw retrains")
     redraw = cost.redraw_hours(plan, runs, root)
     gain = _per_hour(now - crossed.half_width(*parts, c.k, c.n_questions, c.level, scale=2.0), redraw)
