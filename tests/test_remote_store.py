@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from martingale.config.sections import StoreConfig
 from martingale.remote.backend import FsspecBackend, StoreDenied, StoreUnreachable, open_store
 from martingale.remote.pull import CorruptInStore, held_stages, sync_stages
 from martingale.remote.push import note_lineage, push_stage
@@ -65,12 +66,12 @@ def pull_chain(store, root: Path, stop: bool = False, lines: list | None = None)
 
 # ------------------------------------------------------------------ settings
 def test_no_store_is_the_default():
-    assert resolve({}) is None and resolve({"url": None}) is None
+    assert resolve() is None and resolve(StoreConfig(url=None)) is None
 
 
 def test_the_environment_names_the_store_over_the_config(monkeypatch):
     monkeypatch.setenv("MARTINGALE_STORE", "s3://bucket/from-env")
-    assert resolve({"url": "/mnt/shared/store"}).url == "s3://bucket/from-env"
+    assert resolve(StoreConfig(url="/mnt/shared/store")).url == "s3://bucket/from-env"
 
 
 def test_a_credential_in_the_url_is_refused_without_echoing_it():

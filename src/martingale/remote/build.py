@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
+from ..config.schema import run_config
 from ..plan import Plan, cost
 from ..store import STORE
 from .backend import open_store
@@ -21,7 +22,7 @@ _STAGE_TARGET = re.compile(rf"^{STORE}/[a-z0-9_]+/([a-z0-9_]+-[0-9a-f]{{12}})/MA
 def settings_of(plan: Plan) -> Optional[StoreSettings]:
     """The build's store: ``store`` of conf/config.yaml as composed (no run's knobs), the
     environment winning (settings.resolve)."""
-    return resolve(dict(plan.tree.composer.compose([]).get("store") or {}))
+    return resolve(run_config(plan.tree.composer.compose([]), "conf/config.yaml").store)
 
 
 def run_inputs(plan: Plan, run: str) -> list[str]:

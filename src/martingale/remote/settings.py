@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from typing import Optional
 from urllib.parse import urlsplit
 
+from ..config.sections import StoreConfig
+
 ENV_URL = "MARTINGALE_STORE"
 ENV_ON_CORRUPT = "MARTINGALE_STORE_ON_CORRUPT"
 ON_CORRUPT = ("rebuild", "stop")
@@ -39,17 +41,17 @@ def check_url(url: str) -> str:
     return url
 
 
-def resolve(conf: Optional[dict] = None) -> Optional[StoreSettings]:
+def resolve(conf: Optional[StoreConfig] = None) -> Optional[StoreSettings]:
     """The store this process uses, or None (the default: this machine only). ``conf``: the
     ``store`` section of the composed base config."""
-    conf = conf or {}
-    url = os.environ.get(ENV_URL) or conf.get("url")
+    conf = conf or StoreConfig()
+    url = os.environ.get(ENV_URL) or conf.url
     if not url:
         return None
-    on_corrupt = os.environ.get(ENV_ON_CORRUPT) or conf.get("on_corrupt") or "rebuild"
+    on_corrupt = os.environ.get(ENV_ON_CORRUPT) or conf.on_corrupt
     if on_corrupt not in ON_CORRUPT:
         raise StoreError(f"store.on_corrupt: {on_corrupt!r} is not one of {', '.join(ON_CORRUPT)}")
-    return StoreSettings(check_url(str(url)), on_corrupt, int(conf.get("jobs") or 32))
+    return StoreSettings(check_url(url), on_corrupt, conf.jobs)
 
 
 def export(settings: Optional[StoreSettings]) -> None:

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any, NotRequired, Optional, TypedDict, cast
 
+from .schema import check_rows
+
 Json = Any      # a value straight from json.loads, its shape checked by the schema
 
 
@@ -112,7 +114,6 @@ class RowsError(ValueError):
 
 def read_rows(path: Path | str) -> list[Row]:
     """runs.json's rows, checked against runs.schema.json (RowsError naming the file otherwise)."""
-    from .schema import check_rows
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
