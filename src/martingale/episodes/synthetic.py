@@ -123,14 +123,17 @@ def mode(name: str, uses_pool: bool = True) -> Callable[[Mode], Mode]:
     ``uses_pool``: it lists the pool's evidence, so ``simulate.pool`` must hold enough of it for a
     new clue every turn (``martingale check`` refuses a smaller pool: episodes.episode_problem)."""
     def register(fn: Mode) -> Mode:
-        fn.uses_pool = uses_pool
+        _USES_POOL[name] = uses_pool
         return MODES.add(name, fn)
     return register
 
 
+_USES_POOL: dict[str, bool] = {}   # mode → its ``uses_pool``, as registered
+
+
 def uses_pool(name: str) -> bool:
     """Whether mode ``name`` lists the instructor's evidence pool (``none``, no instructor, does not)."""
-    return bool(getattr(MODES.get(name), "uses_pool", False))
+    return MODES.get(name) is not None and _USES_POOL.get(name, False)
 
 
 def _lean_now(ep: Episode, human_p: Optional[float]) -> int:

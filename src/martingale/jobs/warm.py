@@ -178,7 +178,7 @@ def _child(conn: socket.socket, wandb_service: Optional[str] = None) -> None:
     job names its own); run it; send its exit status."""
     code = 1
     try:
-        importlib.import_module("martingale.jobs.warm")._IN_CHILD = True   # the worker runs as __main__
+        vars(importlib.import_module("martingale.jobs.warm"))["_IN_CHILD"] = True   # the worker runs as __main__
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         gc.enable()
@@ -187,6 +187,8 @@ def _child(conn: socket.socket, wandb_service: Optional[str] = None) -> None:
             code = 0
             return
         payload = _recv_exact(conn, _HEADER.unpack(msg)[0])
+        if payload is None:   # the script went away mid-message: no job to run
+            return
         for fd, target_fd in zip(fds, (0, 1, 2)):
             os.dup2(fd, target_fd)
             os.close(fd)

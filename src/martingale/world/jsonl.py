@@ -45,7 +45,7 @@ def exported_rows(world: SyntheticWorld) -> list[dict[str, Any]]:
                 "resolution_criteria": "Resolves yes when the event's hidden outcome y is 1; the world "
                                        f"draws y = 1 with probability {world.base_rate}.",
                 "option": "", "y": int(q.y), "split": split, "clues": list(q.clues),
-                "bayes_end": round(world.bayes(q), 6),
+                "bayes_end": round(world.clue_belief(q), 6),
             })
     return rows
 
@@ -68,7 +68,7 @@ class JsonlWorld(SyntheticWorld):
         a file exported from another synthetic world would read another oracle."""
         for fq in self.questions:
             if "bayes_end" in fq.extra and fq.extra.get("clues"):
-                mine = round(self.bayes(as_question(fq)), 6)
+                mine = round(self.clue_belief(as_question(fq)), 6)
                 if abs(mine - float(fq.extra["bayes_end"])) > 1e-6:
                     raise QuestionsError([f"{self.path}: bayes_end: question {fq.qid} was exported from "
                                           f"another synthetic world (oracle {fq.extra['bayes_end']}, "
@@ -88,9 +88,9 @@ class JsonlWorld(SyntheticWorld):
         return [as_question(q) for q in train], [as_question(q) for q in heldout]
 
     def bayes_logodds(self, q: Question, k: int | None = None) -> float | None:
-        return super().bayes_logodds(q, k) if q.clues else None
+        return self.clue_logodds(q, k) if q.clues else None
 
     def bayes(self, q: Question, k: int | None = None) -> float | None:
         """The exact belief where the question lists its clues; None for a real question."""
-        return super().bayes(q, k) if q.clues else None
+        return self.clue_belief(q, k) if q.clues else None
 

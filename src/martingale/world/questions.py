@@ -169,8 +169,9 @@ def _dates(row: dict[str, Any], bad) -> dict[str, date | None]:
             bad(name, f"{_show(value)} is not an ISO 8601 date (YYYY-MM-DD)")
     for i, early in enumerate(DATE_FIELDS):
         for late in DATE_FIELDS[i + 1:]:
-            if dates[early] and dates[late] and dates[late] < dates[early]:
-                bad(late, f"{dates[late].isoformat()} is before {early} {dates[early].isoformat()}")
+            first, then = dates[early], dates[late]
+            if first and then and then < first:
+                bad(late, f"{then.isoformat()} is before {early} {first.isoformat()}")
     return dates
 
 
@@ -338,6 +339,8 @@ def config_problem(world_cfg: Any) -> str | None:
     of the rest), or None: schema.RELATIONS checks it when a run is composed, before any job. A
     ``split`` field on every line (an export) is the split; else the file must hold n_train + n_heldout."""
     world = world_section(world_cfg)
+    if world.questions_file is None:
+        return "world.questions_file: not set (world=jsonl reads its questions from one)"
     try:
         questions = load_questions(world.questions_file)
     except QuestionsError as e:

@@ -56,6 +56,8 @@ class SyntheticWorld:
     """Clue likelihood table + seeded question splits + the exact Bayes oracle."""
 
     MAX_ROUNDS = 200    # draws of n_heldout questions before splits() gives up (never loops forever)
+    _units: list[int]             # step_units' table, made on first use from _units_of (the llr it rounded)
+    _units_of: np.ndarray
 
     def __init__(self, cfg: Any):
         self.cfg = cfg = world_section(cfg)
@@ -111,15 +113,24 @@ class SyntheticWorld:
                          "clues per question than the splits need")
 
     # -- the oracle ------------------------------------------------------------------------
-    def bayes_logodds(self, q: Question, k: int | None = None) -> float:
+    def clue_logodds(self, q: Question, k: int | None = None) -> float:
         """Exact log-odds of the question after its first k clues (all when k is None)."""
         clues = q.clues if k is None else q.clues[:k]
         lo = self.prior_logodds + float(sum(self.llr[c] for c in clues))
         return -lo if q.negated else lo
 
-    def bayes(self, q: Question, k: int | None = None) -> float:
+    def clue_belief(self, q: Question, k: int | None = None) -> float:
         """Exact Bayes probability that the question resolves yes after its first k clues."""
-        return float(expit(self.bayes_logodds(q, k)))
+        return float(expit(self.clue_logodds(q, k)))
+
+    def bayes_logodds(self, q: Question, k: int | None = None) -> float | None:
+        """The oracle's log-odds after the first k clues; None where a world has no oracle for a
+        question (a real question of world=jsonl)."""
+        return self.clue_logodds(q, k)
+
+    def bayes(self, q: Question, k: int | None = None) -> float | None:
+        """The oracle's belief after the first k clues; None where a world has no oracle for it."""
+        return self.clue_belief(q, k)
 
     def step_units(self, clue: int, negated: bool) -> int:
         """A clue's llr in integer units of ``logodds_unit``, as a calibrated reasoner writes it
