@@ -30,7 +30,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Optional
+from types import FrameType
+from typing import Optional
 
 ENV = "MARTINGALE_WARM"           # the worker's socket name, set in Snakemake's env by start()
 PRELOAD = ("numpy", "scipy.stats", "pandas", "matplotlib.figure", "matplotlib.backends.backend_agg",
@@ -50,7 +51,7 @@ def in_child() -> bool:
 
 
 # --------------------------------------------------------------------------- the job's side
-def ran_in_worker(smk: Any, script: str) -> bool:
+def ran_in_worker(smk: object, script: str) -> bool:
     """Whether a warm child of the build's worker ran this job script (``script``, with ``smk`` as
     its ``snakemake``): True once it did and succeeded (its failure exits this process with its
     status); False where none serves or this process is that child: the script runs its job here."""
@@ -132,13 +133,13 @@ def serve(name: str, parent: int, preload: tuple[str, ...] = PRELOAD) -> None:
         conn.close()
 
 
-def _exit_on_term(signum: int, frame: Any) -> None:
+def _exit_on_term(signum: int, frame: Optional[FrameType]) -> None:
     """stop()'s SIGTERM while the worker imports: exit normally now (exit handlers run: wandb removes
     the temporary folders it made when imported; killed outright, the worker left two a build)."""
     raise SystemExit(0)
 
 
-def _stop_on_term(signum: int, frame: Any) -> None:
+def _stop_on_term(signum: int, frame: Optional[FrameType]) -> None:
     """stop()'s SIGTERM once the worker serves: serve's loop ends within its accept timeout and the
     worker exits normally. A flag, not SystemExit: the signal may land in a fork handler, which
     ignores exceptions."""

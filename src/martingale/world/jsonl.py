@@ -12,8 +12,8 @@ used as written; otherwise ``questions.splits`` draws them by ``world.seed``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
+from ..core.jsonvalue import JsonObject
 from .questions import ForecastQuestion, QuestionsError, load_questions, marked_splits, splits
 from .registry import world
 from .synthetic import Question, SyntheticWorld
@@ -31,12 +31,12 @@ def as_question(fq: ForecastQuestion) -> Question:
                     crowd=None if crowd is None else float(crowd))
 
 
-def exported_rows(world: SyntheticWorld) -> list[dict[str, Any]]:
+def exported_rows(world: SyntheticWorld) -> list[JsonObject]:
     """The synthetic world's train and held-out questions as questions-file lines: English question
     text, the clue words as the background, the resolution, the split, the clues and the oracle's
     final belief (which the file's reader uses to check it meets the same clue table)."""
     train, heldout = world.splits()
-    rows = []
+    rows: list[JsonObject] = []
     for split, qs in (("train", train), ("heldout", heldout)):
         for q in qs:
             rows.append({
@@ -54,7 +54,7 @@ def exported_rows(world: SyntheticWorld) -> list[dict[str, Any]]:
 class JsonlWorld(SyntheticWorld):
     """The synthetic world's clue table, with the questions of ``world.questions_file``."""
 
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: object):
         super().__init__(cfg)
         path = self.cfg.questions_file
         if not path:

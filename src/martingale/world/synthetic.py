@@ -9,7 +9,6 @@ a reasoner recalls one llr per step; a one-pass ("snap") answer is a different, 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -59,15 +58,15 @@ class SyntheticWorld:
     _units: list[int]             # step_units' table, made on first use from _units_of (the llr it rounded)
     _units_of: np.ndarray
 
-    def __init__(self, cfg: Any):
-        self.cfg = cfg = world_section(cfg)
-        self.base_rate = float(cfg.base_rate)
-        self.n_types = int(cfg.n_clue_types)
-        self.n_clues = int(cfg.clues_per_question)
-        self.unit = float(cfg.logodds_unit)
-        self.max_step = int(cfg.max_step)
-        rng = np.random.default_rng([int(cfg.seed), 0])
-        alpha = np.full(self.n_types, float(cfg.dirichlet_alpha))
+    def __init__(self, cfg: object):
+        self.cfg = section = world_section(cfg)
+        self.base_rate = float(section.base_rate)
+        self.n_types = int(section.n_clue_types)
+        self.n_clues = int(section.clues_per_question)
+        self.unit = float(section.logodds_unit)
+        self.max_step = int(section.max_step)
+        rng = np.random.default_rng([int(section.seed), 0])
+        alpha = np.full(self.n_types, float(section.dirichlet_alpha))
         self.p1 = rng.dirichlet(alpha)
         self.p0 = rng.dirichlet(alpha)
         self.llr = np.log(self.p1 / self.p0)
@@ -76,8 +75,8 @@ class SyntheticWorld:
         # over the first snap_clues of them, scaled by snap_gain (traces.snap).
         mix = self.base_rate * self.p1 + (1 - self.base_rate) * self.p0
         self.gut_weight = float(np.sum(mix * np.abs(self.llr)))
-        self.snap_clues = max(1, int(np.ceil(float(cfg.snap_clues) * self.n_clues)))
-        self.snap_gain = float(cfg.snap_gain)
+        self.snap_clues = max(1, int(np.ceil(float(section.snap_clues) * self.n_clues)))
+        self.snap_gain = float(section.snap_gain)
 
     # -- questions -------------------------------------------------------------------------
     def sample(self, n: int, rng: np.random.Generator, prefix: str) -> list[Question]:
