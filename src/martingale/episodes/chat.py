@@ -141,8 +141,9 @@ class Reader:
         parse = parse_r if self.scale == "r" else parse_p
         verbal = [parse(r) if r else None for r in replies]
         forced: Sequence[tuple[Optional[float], Optional[float]]] = [(None, None)] * len(replies)
-        if self.prefix and self.scale == "p" and getattr(human, "tokenizer", None) is not None:
-            texts = [answer_context(render_chat(human.tokenizer, m), r or "", False) for m, r in zip(before, replies)]
+        tokenizer = getattr(human, "tokenizer", None)
+        if self.prefix and self.scale == "p" and tokenizer is not None:
+            texts = [answer_context(render_chat(tokenizer, m), r or "", False) for m, r in zip(before, replies)]
             forced = forced_reads(human, texts, self.prefix, self.min_mass)
         out: list[Reads] = []
         for v, (fp, mass) in zip(verbal, forced):
