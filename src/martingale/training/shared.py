@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, TypeVar, cast
 
 import torch.distributed as dist
+from torch import nn
 
 from ..core.errors import StageError
+from ..core.jsonvalue import JsonObject
 from ..model.backend import open_model, open_models
 from ..model.section import ModelLike, ModelSection, model_section
 from . import checkpoint, ranks
@@ -55,7 +57,7 @@ class Shared:
     def model(self) -> Any:
         return (self.served if self.served is not None else self.local).model
 
-    def with_model(self, model: Any) -> "Shared":
+    def with_model(self, model: nn.Module) -> "Shared":
         served = self.served.with_model(model) if self.served is not None else None
         local = self.local.with_model(model) if self.local is not None else None
         return Shared(served, local, self.cfg)
@@ -76,7 +78,7 @@ class Shared:
         return (self.served if self.served is not None else self.local).token_logprobs(batch, temperature,
                                                                                        completion_only)
 
-    def verify(self, probes: list[str]) -> dict[str, Any]:
+    def verify(self, probes: list[str]) -> JsonObject:
         return _from_writer(lambda: self.served.verify(probes))
 
     def serve_adapter(self, model: Any, folder: Optional[Path], probes: list[str], step: int | None = None) -> None:
