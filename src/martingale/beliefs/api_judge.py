@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
+from ..core.jsonvalue import JsonObject
 from ..core.settings import COUNT, NONNEG, SERVED_NAME, Flag, Int, ProjectPath, SecretVar, Url, setting
 from ..core.typed import typed
 from ..model.api_client import FATAL, ApiClient, ApiError, choice_text  # noqa: F401 (FATAL: the judge's refusals)
@@ -50,20 +51,20 @@ def blind(text: str) -> str:
 class ApiJudge:
     """A client for ``judge.base_url`` answering prompts with ``judge.model`` (see the module doc)."""
 
-    def __init__(self, judge_cfg: Any):
-        self.cfg = judge_cfg = typed(JudgeConfig, judge_cfg, "judge")
-        self.chat = bool(judge_cfg.chat)
-        self.client = ApiClient(judge_cfg, "judge", JudgeError)
+    def __init__(self, judge_cfg: object):
+        self.cfg = cfg = typed(JudgeConfig, judge_cfg, "judge")
+        self.chat = bool(cfg.chat)
+        self.client = ApiClient(cfg, "judge", JudgeError)
         self.url = self.client.url
 
-    def body(self, prompt: str) -> dict[str, Any]:
+    def body(self, prompt: str) -> JsonObject:
         """The request for one prompt: greedy, ``max_tokens``, chat or plain completion."""
         common = {"model": str(self.cfg.model), "max_tokens": int(self.cfg.max_tokens), "temperature": 0.0}
         if self.chat:
             return {**common, "messages": [{"role": "user", "content": prompt}]}
         return {**common, "prompt": prompt}
 
-    def cache_path(self, body: dict[str, Any]):
+    def cache_path(self, body: JsonObject):
         """Where the answer to ``body`` is kept: sha256 of (endpoint, request body)."""
         return self.client.cache_path(self._path(), body)
 
@@ -79,7 +80,7 @@ class ApiJudge:
         return self.client.request_all(self._path(), [self.body(p) for p in prompts],
                                        lambda p: choice_text(p, self.chat))
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> JsonObject:
         """What this judge did, for eval.json: calls sent (retries included), prompts answered by
         the server, answered from the cache, failed after every retry, and some failure reasons."""
         return self.client.stats()

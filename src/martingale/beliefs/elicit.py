@@ -8,7 +8,7 @@ the run's generation backend (model.backend).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Optional
 
 from ..world import traces as fmt
 from ..world.synthetic import Question
@@ -19,6 +19,8 @@ from .readers import FORCED_READERS, READERS, ReadContext, get_reader
 from .section import ElicitConfig, elicit_section
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
     from ..model.backend import Backend
     from ..model.generate import Batch
 
@@ -54,31 +56,31 @@ def side_by_side(verbal: dict[str, list], forced: dict[str, list[tuple[float | N
     return {name: cols[f"{name}_{read}"] for name in READ_COLUMNS}, cols
 
 
-def cut_index(world, elicit: Any) -> int:
+def cut_index(world, elicit: object) -> int:
     """The clue count read as the prior in samemode: round(cut · clues)."""
     return int(round(float(elicit_section(elicit).cut) * world.n_clues))
 
 
-def judge_needed(elicit: Any) -> bool:
+def judge_needed(elicit_cfg: object) -> bool:
     """Whether a rollout with this elicit config reads through a judge model: in samemode, when
     its reader (``elicit.judge``) says so; snap mode reads no judge."""
-    elicit = elicit_section(elicit)
+    elicit = elicit_section(elicit_cfg)
     return elicit.mode == "samemode" and get_reader(elicit.judge).needs_judge
 
 
 def probe_prompts(questions: list[Question], n: int = 4, prompts_cfg: object = None,
-                  tokenizer: Any = None) -> list[str]:
+                  tokenizer: Optional[PreTrainedTokenizerBase] = None) -> list[str]:
     """Fixed prompts a backend guard scores (parity, adapter applied): the first n questions' traces."""
     ask = Prompts(prompts_cfg, tokenizer)
     return [ask.reasoned(q) for q in questions[:n]]
 
 
-def rollout(gen: "Backend", questions: list[Question], ctx: ReadContext, elicit: Any,
+def rollout(gen: "Backend", questions: list[Question], ctx: ReadContext, elicit_cfg: object,
             seed: int, temperature: float) -> Rollout:
     """Sample each question's trace (and snap answer) with ``gen``; read prior and posterior.
     The prompts are the set ``prompts.name`` (beliefs/prompts.py); the running-total columns
     (trace_cut, trace_last) exist only in the embedded format."""
-    world, elicit = ctx.world, elicit_section(elicit)
+    world, elicit = ctx.world, elicit_section(elicit_cfg)
     ask = Prompts(ctx.section("prompts"), getattr(gen, "tokenizer", None))
     reasoned = [ask.reasoned(q) for q in questions]
     trace = gen.sample(reasoned, ask.trace_tokens(world.n_clues), temperature, seed)

@@ -16,7 +16,12 @@ first digit, as a model writing ``P = 0.7`` means 0.7 (a truncation of longer nu
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from ..model.backend import Backend
 
 FORCED_TOP = 20          # next-token candidates read (vLLM's default max_logprobs)
 # The prefix + the token's text must be exactly one number statement: ``P = 0.7``, ``0.7`` (a judge
@@ -39,15 +44,15 @@ class TokenValues:
     """token id → the value it completes ``prefix`` to (None: not an answer), per tokenizer and
     prefix, computed once per token: the token's text is what decoding prefix + token adds."""
 
-    def __init__(self, tokenizer: Any, prefix: str):
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, prefix: str):
         self.tokenizer, self.prefix = tokenizer, prefix
         self.prefix_ids = list(tokenizer(prefix, add_special_tokens=False)["input_ids"]) if prefix else []
-        self.prefix_text = tokenizer.decode(self.prefix_ids) if prefix else ""
+        self.prefix_text = cast(str, tokenizer.decode(self.prefix_ids)) if prefix else ""
         self._cache: dict[int, float | None] = {}
 
     def __call__(self, token: int) -> float | None:
         if token not in self._cache:
-            text = self.tokenizer.decode(self.prefix_ids + [int(token)])
+            text = cast(str, self.tokenizer.decode(self.prefix_ids + [int(token)]))   # one sequence: its text
             tail = text[len(self.prefix_text):] if text.startswith(self.prefix_text) else ""
             self._cache[token] = answer_value(self.prefix + tail) if tail else None
         return self._cache[token]
@@ -70,10 +75,12 @@ def read(top: dict[int, float], values: TokenValues, min_mass: float) -> tuple[f
     return round(total / mass if mass < 1.0 else total, 6), round(mass, 6)
 
 
-def forced_reads(gen: Any, texts: list[str], prefix: str, min_mass: float) -> list[tuple[float | None, float]]:
+def forced_reads(gen: Backend, texts: list[str], prefix: str, min_mass: float) -> list[tuple[float | None, float]]:
     """(P, mass) after each text + ``prefix`` with backend ``gen`` (its ``next_token_logprobs``)."""
     if not texts:
         return []
+    if gen.tokenizer is None:
+        raise ValueError("a forced read takes next-token log-probs through a local tokenizer: this backend has none")
     values = TokenValues(gen.tokenizer, prefix)
     tops = gen.next_token_logprobs([t + prefix for t in texts], FORCED_TOP)
     return [read(top, values, min_mass) for top in tops]

@@ -10,7 +10,7 @@ cuts the trace at the same fraction of its words as the embedded format cuts at 
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Optional, cast
 
 from ..world import traces as fmt
 from ..world.synthetic import Question
@@ -18,10 +18,13 @@ from .api_judge import blind
 from .parse import parse_p
 from .section import PromptsConfig, prompts_section
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
 EMBEDDED = "embedded"
 
 
-def is_embedded(prompts_cfg: Any) -> bool:
+def is_embedded(prompts_cfg: object) -> bool:
     """Whether the prompt set is the embedded model's own format (no chat template)."""
     return prompts_section(prompts_cfg).name == EMBEDDED
 
@@ -52,7 +55,7 @@ def cut_words(trace: str, fraction: float) -> str:
 class Prompts:
     """Renders the reasoned, snap and judge prompts of one prompt set for one tokenizer."""
 
-    def __init__(self, prompts_cfg: object, tokenizer: Any = None):
+    def __init__(self, prompts_cfg: object, tokenizer: Optional[PreTrainedTokenizerBase] = None):
         self.cfg: PromptsConfig = prompts_section(prompts_cfg)
         self.tokenizer = tokenizer
         self.embedded = self.cfg.name == EMBEDDED
@@ -67,8 +70,8 @@ class Prompts:
         if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
             raise ValueError(f"prompts.chat: the {self.cfg.name} prompts ask for a chat template "
                              "and this model's tokenizer has none (set prompts.chat=false)")
-        return self.tokenizer.apply_chat_template([{"role": "user", "content": text}],
-                                                  add_generation_prompt=True, tokenize=False)
+        return cast(str, self.tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                                            add_generation_prompt=True, tokenize=False))
 
     # -- lengths, and the completion text as read (the embedded format's first word is in the prompt)
     def trace_tokens(self, n_steps: int) -> int:
@@ -120,9 +123,13 @@ class Prompts:
         ``max_tokens`` tokens (a load test's prompts of a chosen length: tests, bench)."""
         from dataclasses import replace
 
+        tokenizer = self.tokenizer
+        if tokenizer is None:
+            raise ValueError("snap_within counts tokens: it needs the tokenizer")
+
         def length(words: list[str]) -> int:
             text = self.snap(replace(q, text=" ".join(words)))
-            return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
         words = (q.text or "").split()
         lo, hi = 0, len(words)

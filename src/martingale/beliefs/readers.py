@@ -17,8 +17,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional, TypeVar
 
+from ..core.jsonvalue import Json, JsonObject
 from ..core.registry import Registry
 from ..core.settings import Section
 from ..core.typed import section_of
@@ -29,7 +30,10 @@ from .parse import parse_p, parse_totals
 from .prompts import Prompts, is_embedded
 from .section import prompts_section
 
+S = TypeVar("S")
+
 if TYPE_CHECKING:   # the plan imports this module at parse time (schema.choices): no numpy here
+    from ..model.backend import Backend
     from ..world.synthetic import Question, SyntheticWorld
 
 ReadFn = Callable[["ReadContext", "list[Question]", list[str], int], list[float | None]]
@@ -39,25 +43,31 @@ ReadFn = Callable[["ReadContext", "list[Question]", list[str], int], list[float 
 class ReadContext:
     """What a belief reader may use: the world (its oracle), the judge model, the run's config, the services it opened."""
     world: SyntheticWorld
-    judge: Any = None            # the judge model's backend (model.backend), for readers that need one
+    judge: Optional[Backend] = None   # the judge model's backend (model.backend), for readers that need one
     batch_size: int = 512
     config: object = field(default_factory=dict)    # the stage's config, typed or a mapping (readers with settings: judge.*)
     services: dict = field(default_factory=dict)    # clients readers opened (ctx.service)
 
-    def section(self, key: str) -> Any:
+    def section(self, key: str) -> Json:
         """The stage config's section ``key`` (a typed slice's attribute, or a mapping's key); None
         where the config has none."""
         return section_of(self.config, key)
 
-    def service(self, name: str, make: Callable[[], Any]) -> Any:
+    def service(self, name: str, make: Callable[[], S]) -> S:
         """The stage's one ``name`` client, made on first use."""
         if name not in self.services:
             self.services[name] = make()
         return self.services[name]
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> JsonObject:
         """Each opened client's ``stats()`` by name (e.g. judge calls, cache hits, failures)."""
         return {name: svc.stats() for name, svc in sorted(self.services.items()) if hasattr(svc, "stats")}
+
+    def judge_model(self) -> Backend:
+        """The judge model's backend, for a reader that needs one (Reader checks it was loaded)."""
+        if self.judge is None:
+            raise ValueError("this reader needs a judge model, none was loaded")
+        return self.judge
 
     def close(self) -> None:
         for svc in self.services.values():
@@ -80,7 +90,7 @@ class Reader:
         return self.fn(ctx, questions, texts, k)
 
 
-READERS: Registry = Registry("reader")
+READERS: Registry[Reader] = Registry("reader")
 # modules of beliefs/ that declare no reader (tests/test_imports.py checks)
 HELPERS = ("api_judge", "elicit", "forced", "parse", "prompts", "section")
 
@@ -122,7 +132,7 @@ def read_self(ctx: ReadContext, questions: list[Question], texts: list[str], k: 
     out: list[float | None] = [None] * len(texts)
     for start in range(0, len(todo), ctx.batch_size):
         idx = todo[start:start + ctx.batch_size]
-        answers = ctx.judge.greedy_next([queries[i] for i in idx], max_new_tokens=ask.judge_tokens())
+        answers = ctx.judge_model().greedy_next([queries[i] for i in idx], max_new_tokens=ask.judge_tokens())
         for i, a in zip(idx, answers):
             out[i] = ask.read_answer(a)
     return out
@@ -137,8 +147,9 @@ def read_self_forced(ctx: ReadContext, questions: list[Question], texts: list[st
     out: list[tuple[float | None, float | None]] = [(None, None)] * len(texts)
     if not ask.judge_forced_prefix:
         return out
-    for i, read in zip(todo, forced_reads(ctx.judge, [queries[i] for i in todo], ask.judge_forced_prefix,
-                                          ask.forced_min_mass)):
+    reads = forced_reads(ctx.judge_model(), [queries[i] for i in todo], ask.judge_forced_prefix,
+                         ask.forced_min_mass) if todo else []
+    for i, read in zip(todo, reads):
         out[i] = read
     return out
 
@@ -176,7 +187,7 @@ def read_api(ctx: ReadContext, questions: list[Question], texts: list[str], k: i
     queries = [ask.judge(q, blind(text), k, ctx.world.n_clues) for q, text in zip(questions, texts)]
     todo = [i for i, s in enumerate(queries) if s is not None]
     out: list[float | None] = [None] * len(texts)
-    for i, answer in zip(todo, client.ask_all([queries[i] for i in todo])):
+    for i, answer in zip(todo, client.ask_all([s for s in queries if s is not None])):
         if answer is not None:   # a completion continues "P ="; a chat judge answers on its own
             out[i] = parse_p(answer, bare=True) if client.chat else ask.read_answer(answer)
     return out

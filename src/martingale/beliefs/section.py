@@ -4,7 +4,7 @@ config schema places them at ``elicit`` and ``prompts``."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Dict, Optional
 
 from ..core.settings import (
     COUNT,
@@ -90,16 +90,16 @@ and, for the judge, {trace} (the reasoning so far, probabilities hidden)."""
         "chat episodes' prompts (conf/prompts/c2.yaml); null = none", in_id=omitted_at(None))
 
 
-def elicit_section(cfg: Any) -> ElicitConfig:
+def elicit_section(cfg: object) -> ElicitConfig:
     """``cfg`` (an ``elicit`` section or its keys; None: the defaults) as the typed ElicitConfig."""
     return typed(ElicitConfig, cfg if cfg is not None else {}, "elicit")
 
 
-def prompts_section(cfg: Any) -> PromptsConfig:
+def prompts_section(cfg: object) -> PromptsConfig:
     """``cfg`` (a ``prompts`` section or its keys; None: the embedded set) as the typed PromptsConfig."""
     return typed(PromptsConfig, cfg if cfg is not None else {}, "prompts")
 
 
-def episode_prompts(cfg: Any) -> EpisodePromptsConfig:
+def episode_prompts(cfg: object) -> EpisodePromptsConfig:
     """``cfg`` (``prompts.episode`` or its keys; None: the defaults) as the typed EpisodePromptsConfig."""
     return typed(EpisodePromptsConfig, cfg if cfg is not None else {}, "prompts.episode")

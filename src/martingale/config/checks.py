@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
+from ..core.jsonvalue import Json
 from ..core.settings import InChoices
 from ..episodes import episode_problem
 from ..episodes.section import simulate_section
@@ -134,7 +135,7 @@ def _model_override_problem(role: str, over: dict) -> Optional[tuple[str, str]]:
         key = getattr(e, "full_key", None) or ""
         return (f"{role}.{key}" if key else role, str(e).splitlines()[0])
 
-    def leaves(d: dict, prefix: str) -> list[tuple[str, Any]]:
+    def leaves(d: dict, prefix: str) -> list[tuple[str, Json]]:
         out = []
         for k, v in d.items():
             out += leaves(v, f"{prefix}.{k}") if isinstance(v, dict) else [(f"{prefix}.{k}", v)]

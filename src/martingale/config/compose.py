@@ -21,7 +21,7 @@ import json
 import pickle
 import re
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 import yaml
 from hydra import compose as hydra_compose
@@ -32,6 +32,7 @@ from hydra.core.override_parser.types import Override
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
+from ..core.jsonvalue import Json, JsonObject
 from ..core.registry import epoch
 from ..store.files import keep_newest, write_bytes
 from .digest import conf_digest, conf_files
@@ -104,7 +105,7 @@ def compose_cfg(overrides: list[str], conf_dir: Path | str) -> DictConfig:
         raise _hydra_error(e, list(overrides)) from None
 
 
-_COMPOSE_CACHE: dict[tuple[str, int, tuple[str, ...]], dict[str, Any]] = {}
+_COMPOSE_CACHE: dict[tuple[str, int, tuple[str, ...]], JsonObject] = {}
 
 
 def compose(overrides: Iterable[str], conf_dir: Path | str) -> dict:
@@ -208,9 +209,9 @@ class Composer:
         self._defaults = _default_choices(self.conf_dir)
         self._cache: dict[tuple[str, ...], dict] = {}
         self._base_infos: dict[tuple, tuple[DictConfig, dict, bool]] = {}
-        self._values: dict[tuple, Any] = {}
+        self._values: dict[tuple, Json] = {}
         self._parsed: dict[str, Override] = {}
-        self._choices: dict[str, tuple[Any, ...]] | None = None
+        self._choices: dict[str, tuple[Json, ...]] | None = None
 
     def parse(self, text: str) -> Override:
         ov = self._parsed.get(text)
@@ -307,7 +308,7 @@ class Composer:
             info = self._base_infos[groups] = (scratch, resolved, key_refs)
         return info
 
-    def _converted(self, groups: tuple[tuple[str, str], ...], text: str) -> tuple[list[str], Any] | None:
+    def _converted(self, groups: tuple[tuple[str, str], ...], text: str) -> tuple[list[str], Json] | None:
         """(key path, converted value) of a key override, or None when it needs the slow path."""
         cache_key = (groups, text)
         if cache_key in self._values:
@@ -350,7 +351,7 @@ class Composer:
         return resolved
 
 
-def _set_path(d: dict, path: list[str], value: Any) -> dict:
+def _set_path(d: dict, path: list[str], value: Json) -> dict:
     """A copy of d with d[path] = value; only the dicts along the path are copied."""
     out = dict(d)
     if len(path) == 1:

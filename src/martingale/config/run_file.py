@@ -7,9 +7,11 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import yaml
+
+from ..core.jsonvalue import Json, JsonObject
 
 try:  # the C loader is ~10x faster; 1,000 run files must load well under a second
     from yaml import CSafeLoader as _BaseLoader
@@ -60,7 +62,7 @@ class RunSpec:
     owner: Optional[str] = None
     path: Path = field(default=Path(), compare=False)
 
-    def metadata(self) -> dict[str, Any]:
+    def metadata(self) -> JsonObject:
         return {k: (list(getattr(self, k)) if k == "claims" else getattr(self, k)) for k in METADATA_KEYS}
 
 
@@ -69,7 +71,7 @@ def display_path(path: Path) -> str:
     return f"{path.parent.parent.name}/{path.parent.name}/{path.name}"
 
 
-def run_id_problem(run_id: Any) -> Optional[str]:
+def run_id_problem(run_id: object) -> Optional[str]:
     """What makes ``run_id`` not a run-id, in a few words, or None: the one rule for `check`,
     `new`, `show`, `diff` and the Snakefile's wildcard (RUN_ID_PATTERN)."""
     if not isinstance(run_id, str) or not run_id:
@@ -109,12 +111,12 @@ class _StrictLoader(_BaseLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def load_yaml_text(text: str) -> Any:
+def load_yaml_text(text: str) -> Json:
     """YAML text → data with the strict safe loader (no tags beyond YAML's, no duplicate keys)."""
     return yaml.load(text, Loader=_StrictLoader)
 
 
-def _check_knob(knob: Any, err) -> Optional[str]:
+def _check_knob(knob: Json, err) -> Optional[str]:
     """The knob as one override string (a one-item list is accepted), or None; refuses two
     overrides and any interpolation: a knob value is a literal, never ${oc.env:...} or ${key}."""
     if knob is None:

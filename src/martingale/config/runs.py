@@ -9,8 +9,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Optional
 
+from ..core.jsonvalue import JsonObject
 from ..store.files import read_pickle, write_pickle
 from .checks import questions_file_problem
 from .compose import ComposeError, Composer
@@ -177,7 +178,7 @@ class RunTree:
         self._resolved[run_id] = resolved
         return resolved
 
-    def resolved_config(self, run_id: str) -> dict[str, Any]:
+    def resolved_config(self, run_id: str) -> JsonObject:
         """The run's full config as its JSON, a plain dict (a copy: safe to modify)."""
         return dataclasses.asdict(self.resolved(run_id))
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, make_dataclass
 from typing import Any, Optional
 
 from ..beliefs.readers import readers
+from ..core.jsonvalue import Json
 from ..core.registry import epoch
 from ..core.settings import Domain, Section, section
 from ..core.typed import dataclass_in, default_of, typed
@@ -69,8 +70,8 @@ def _declared(registries: int) -> tuple[Declared, ...]:
     return tuple(found)
 
 
-def _annotation(f: dataclasses.Field) -> Any:
-    """The type of a reward's new stage key, from its default (Any where the default is null)."""
+def _annotation(f: dataclasses.Field) -> object:
+    """The type of a reward's new stage key, from its default (unconstrained where the default is null)."""
     default = default_of(f)
     return type(default) if isinstance(default, (bool, int, float, str, list, dict)) else Any
 
@@ -92,7 +93,7 @@ def _build(registries: int) -> dict[str, type]:
     stage = _make("StageConfig", [(key, _annotation(f), f) for key, (_, f) in reward_settings().items()],
                   core.StageConfig)
     stages = _make("StagesConfig", [(s, stage, section(stage)) for s in STEPS], core.StagesConfig)
-    top: list[tuple[str, Any, Any]] = [("model", model, section(model)), ("stages", stages, section(stages))]
+    top: list[tuple[str, object, object]] = [("model", model, section(model)), ("stages", stages, section(stages))]
     top += [(d.path, d.section.schema, section(d.section.schema)) for d in declared if d.by != "backend"]
     return {"Config": _make("Config", top, core.RunConfig), "ModelConfig": model, "StageConfig": stage, "StagesConfig": stages}
 
@@ -127,7 +128,7 @@ def model_class() -> type:
     return _build(_registries())["ModelConfig"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     """``schema.Config``, ``ModelConfig``, ``StageConfig``, ``StagesConfig``: built from the registries
     (a pickled composed config names them); ``DOMAINS``: ``domains()``."""
     if name in ("Config", "ModelConfig", "StageConfig", "StagesConfig"):
@@ -194,7 +195,7 @@ def domain_key(key: str) -> str:
     return ".".join([parts[0], "*", *parts[2:]]) if len(parts) > 2 else key
 
 
-def choices() -> dict[str, tuple[Any, ...]]:
+def choices() -> dict[str, tuple[Json, ...]]:
     """Allowed values of the keys whose domain is a registry (``InChoices``; ``*`` matches one
     level): a reward, reader, backend, mode or stage kind added in its own file is allowed here
     with no second list."""

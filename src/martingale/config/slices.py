@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Optional
+from collections.abc import Mapping
+from typing import Optional
 
 from ..core.registry import epoch
 from ..core.typed import type_hints, typed
@@ -33,7 +34,7 @@ def _slice_class(kind: StageKind, registries: int) -> type:
     missing = [k for k in keys if k not in config]
     if missing:
         raise ValueError(f"stage kind {kind.name}: key {missing[0]!r} is no config section")
-    fields: list[tuple[str, Any, Any]] = [(k, hints[k], dataclasses.field(default=None)) for k in keys]
+    fields: list[tuple[str, object, object]] = [(k, hints[k], dataclasses.field(default=None)) for k in keys]
     if kind.place == "step":
         fields.append(("stage", schema.StageConfig, dataclasses.field(default=None)))
     if kind.per_seed:
@@ -42,11 +43,13 @@ def _slice_class(kind: StageKind, registries: int) -> type:
     return dataclasses.make_dataclass(name, fields)
 
 
-def stage_config(kind: StageKind, cfg: Any) -> Any:
+def stage_config(kind: StageKind, cfg: object) -> object:
     """``cfg``, a stage's slice as the plan made it (or already typed), as its kind's typed slice: a
     key the plan left out (``prompts`` where the prompt set is the embedded one) at its default."""
     if dataclasses.is_dataclass(cfg):
         return cfg
+    if not isinstance(cfg, Mapping):
+        raise TypeError(f"{kind.name} stage config: a {type(cfg).__name__}, neither a mapping nor a typed slice")
     given = {k: v for k, v in cfg.items() if v is not None}
     for key in (*kind.keys, *(("stage",) if kind.place == "step" else ())):
         given.setdefault(key, {})

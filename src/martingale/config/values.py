@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import fnmatch
 from pathlib import Path
-from typing import Any
 
+from ..core.jsonvalue import Json, JsonObject
 from ..core.registry import epoch
 from .checks import relation_problem
 from .overrides import ComposeError
 from .schema import ROLE_MODELS, choices, domain_key, domains
 
 
-def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(d: Json, prefix: str = "") -> JsonObject:
     """A nested mapping as dotted key → leaf value."""
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     if isinstance(d, dict):
         for k, v in d.items():
             key = f"{prefix}.{k}" if prefix else str(k)
@@ -38,8 +38,8 @@ def _patterns_of(key: str, patterns: tuple[str, ...]) -> tuple[str, ...]:
     return found
 
 
-def check_choices(resolved: dict, allowed: dict[str, tuple[Any, ...]] | None = None,
-                  flat: dict[str, Any] | None = None) -> None:
+def check_choices(resolved: dict, allowed: dict[str, tuple[Json, ...]] | None = None,
+                  flat: JsonObject | None = None) -> None:
     """Every key named in ``choices()`` (``*`` matches one level) must hold an allowed value.
     ``allowed``/``flat``: choices() and flatten(resolved), when the caller already has them."""
     allowed = choices() if allowed is None else allowed
@@ -52,16 +52,16 @@ def check_choices(resolved: dict, allowed: dict[str, tuple[Any, ...]] | None = N
                 raise ComposeError(key, f"{value!r} is not one of: {shown}")
 
 
-_IN_DOMAIN: set[tuple[int, str, str, Any]] = set()   # (registries, key, type, value) already found in its domain
+_IN_DOMAIN: set[tuple[int, str, str, Json]] = set()   # (registries, key, type, value) already found in its domain
 
 
-def check_domains(resolved: dict, flat: dict[str, Any] | None = None) -> None:
+def check_domains(resolved: dict, flat: JsonObject | None = None) -> None:
     """Every leaf key holds a value of its domain (schema.domains(): ranges, enums, names, paths);
     a leaf without a domain is an error too, so a key added to the schema cannot skip this.
     A (key, value) found good once is not checked again: planning 1,000 runs stays cheap."""
     known = domains()
     for key, value in (flatten(resolved) if flat is None else flat).items():
-        memo: tuple[int, str, str, Any] | None = (epoch(), key, type(value).__name__,
+        memo: tuple[int, str, str, Json] | None = (epoch(), key, type(value).__name__,
                                                   tuple(value) if isinstance(value, list) else value)
         try:
             if memo in _IN_DOMAIN:
@@ -80,7 +80,7 @@ def check_domains(resolved: dict, flat: dict[str, Any] | None = None) -> None:
             _IN_DOMAIN.add(memo)
 
 
-def check_values(resolved: dict, allowed: dict[str, tuple[Any, ...]] | None = None,
+def check_values(resolved: dict, allowed: dict[str, tuple[Json, ...]] | None = None,
                  root: Path | None = None) -> None:
     """The composed config's values: choices() first (``allowed``: its result, if at hand), then
     every key's domain, then the rules across keys (config/checks.py; ``root``: the

@@ -7,9 +7,9 @@ from __future__ import annotations
 import contextlib
 import importlib
 import pkgutil
-from typing import Any, Iterable, Iterator, TypeVar
+from typing import Iterable, Iterator, Mapping, TypeVar
 
-T = TypeVar("T")
+V = TypeVar("V")
 _EPOCH = [0]   # bumped by every change to any registry: what is computed from them (the schema) is redone
 
 
@@ -18,15 +18,15 @@ def epoch() -> int:
     return _EPOCH[0]
 
 
-class Registry(dict):
+class Registry(dict[str, V]):
     """name → extension (``what``: how an error names one, e.g. "reward")."""
 
-    def __init__(self, what: str, initial: dict[str, Any] | None = None) -> None:
+    def __init__(self, what: str, initial: Mapping[str, V] | None = None) -> None:
         super().__init__(initial or {})
         self.what = what
         self._discovered = False
 
-    def add(self, name: str, value: T) -> T:
+    def add(self, name: str, value: V) -> V:
         """self[name] = value; a second extension under a registered name is an error naming both."""
         if name in self:
             old = getattr(self[name], "fn", self[name])
@@ -35,7 +35,7 @@ class Registry(dict):
         _EPOCH[0] += 1
         return value
 
-    def discover(self, package: str, path: Iterable[str], helpers: Iterable[str] = ()) -> "Registry":
+    def discover(self, package: str, path: Iterable[str], helpers: Iterable[str] = ()) -> "Registry[V]":
         """Import every module of ``package`` (found on ``path``) but its ``helpers``, once: each
         extension file registers itself on import."""
         if not self._discovered:
@@ -47,7 +47,7 @@ class Registry(dict):
         return self
 
     @contextlib.contextmanager
-    def temporarily(self) -> Iterator["Registry"]:
+    def temporarily(self) -> Iterator["Registry[V]"]:
         """What is registered inside the block is gone after it (a test's extension)."""
         before = dict(self)
         try:

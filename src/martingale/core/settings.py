@@ -12,7 +12,9 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, Protocol, TypeVar, overload
+
+from .jsonvalue import Json, JsonObject
 
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")   # model/family/gpu/wandb names
 MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,127}")     # a LoRA target module
@@ -30,7 +32,7 @@ def _num(x: Optional[float]) -> str:
 class Domain:
     """The values one key may hold. ``problem(value)``: what is wrong, in a few words, or None."""
 
-    def problem(self, value: Any) -> Optional[str]:  # pragma: no cover - abstract
+    def problem(self, value: Json) -> Optional[str]:  # pragma: no cover - abstract
         raise NotImplementedError
 
 
@@ -53,7 +55,7 @@ class Num(Domain):
             return f"{'>' if self.lo_open else '≥'} {lo}"
         return f"{'<' if self.hi_open else '≤'} {hi}" if self.hi is not None else "finite"
 
-    def problem(self, value: Any) -> Optional[str]:
+    def problem(self, value: Json) -> Optional[str]:
         kind = "an integer" if self.integer else "a number"
         if isinstance(value, bool) or not isinstance(value, int if self.integer else (int, float)):
             return f"expected {kind}, got {value!r}"
@@ -80,16 +82,16 @@ class Maybe(Domain):
     """null, or a value ``inner`` accepts."""
     inner: Domain
 
-    def problem(self, value: Any) -> Optional[str]:
+    def problem(self, value: Json) -> Optional[str]:
         return None if value is None else self.inner.problem(value)
 
 
 @dataclass(frozen=True)
 class OneOf(Domain):
     """One of a fixed list of values."""
-    values: tuple[Any, ...]
+    values: tuple[Json, ...]
 
-    def problem(self, value: Any) -> Optional[str]:
+    def problem(self, value: Json) -> Optional[str]:
         if value in self.values and not isinstance(value, bool):
             return None
         return f"{value!r} is not one of: {', '.join('null' if v is None else str(v) for v in self.values)}"
@@ -99,7 +101,7 @@ class OneOf(Domain):
 class InChoices(Domain):
     """One of ``choices()[key]`` (the fixed enums and the registries): checked there."""
 
-    def problem(self, value: Any) -> Optional[str]:
+    def problem(self, value: Json) -> Optional[str]:
         return None
 
 
@@ -109,7 +111,7 @@ class Name(Domain):
     optional: bool = False
     pattern: re.Pattern = SAFE_NAME
 
-    def problem(self, value: Any) -> Optional[str]:
+    def problem(self, value: Json) -> Optional[str]:
         if value is None:
             return None if self.optional else "needs a name, got null"
         if not isinstance(value, str) or not value.strip():
@@ -124,7 +126,7 @@ class Names(Domain):
     """A non-empty list of distinct names (``pattern``)."""
     pattern: re.Pattern = MODULE_NAME
 
-    def problem(self, value: Any) -> Optional[str]:
+    def problem(self, value: Json) -> Optional[str]:
         if not isinstance(value, list) or not value:
             return f"needs a non-empty list of names, got {value!r}"
         bad = [v for v in value if not isinstance(v, str) or not self.pattern.fullmatch(v)]
@@ -157,7 +159,7 @@ class PathValue(Domain):
     It is opened only by the stage its key belongs to, which checks what is there."""
     optional: bool = True
 
-    def problem(self, value: Any) -> Optional[str]:
+    def problem(self, value: Json) -> Optional[str]:
         if value is None:
             return None if self.optional else "needs a path, got null"
         if not isinstance(value, str) or not value.strip() or value != value.strip():
@@ -171,7 +173,7 @@ class PathValue(Domain):
 class Url(Domain):
     """An http(s) URL (a server's base address), or null."""
 
-    def problem(self, value: Any) -> Optional[str]:
+    def problem(self, value: Json) -> Optional[str]:
         if value is None:
             return None
         if not isinstance(value, str) or not re.fullmatch(r"https?://[A-Za-z0-9.\-\[\]:]+(/[\w./\-]*)?", value):
@@ -184,7 +186,7 @@ class SecretVar(Domain):
     """The name of an environment variable holding a key: one every writer redacts (SECRET_WORDS
     in its name), so its value can never reach a file."""
 
-    def problem(self, value: Any) -> Optional[str]:
+    def problem(self, value: Json) -> Optional[str]:
         if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", value):
             return f"needs an environment variable name, got {value!r}"
         if not any(w in value.upper() for w in SECRET_WORDS):
@@ -197,7 +199,7 @@ class SecretVar(Domain):
 class ProjectPath(Domain):
     """A relative path inside the project (no '..', not absolute): where the tool may write."""
 
-    def problem(self, value: Any) -> Optional[str]:
+    def problem(self, value: Json) -> Optional[str]:
         if not isinstance(value, str) or not value.strip() or any(c in value for c in "\0\n\r"):
             return f"needs a relative path inside the project, got {value!r}"
         if value.startswith(("/", "~")) or ".." in Path(value).parts:
@@ -210,7 +212,7 @@ class Template(Domain):
     """A prompt template: str.format fields only among ``allowed`` (empty for the embedded set)."""
     allowed: tuple[str, ...]
 
-    def problem(self, value: Any) -> Optional[str]:
+    def problem(self, value: Json) -> Optional[str]:
         import string
         if not isinstance(value, str):
             return f"needs a template string, got {value!r}"
@@ -226,7 +228,7 @@ class Template(Domain):
 class Args(Domain):
     """A list of command-line arguments, each one line (possibly empty)."""
 
-    def problem(self, value: Any) -> Optional[str]:
+    def problem(self, value: Json) -> Optional[str]:
         if not isinstance(value, list) or not all(isinstance(v, str) and v and "\n" not in v and "\0" not in v
                                                   for v in value):
             return f"needs a list of one-line arguments, got {value!r}"
@@ -237,7 +239,7 @@ class Args(Domain):
 class Flag(Domain):
     """true or false."""
 
-    def problem(self, value: Any) -> Optional[str]:
+    def problem(self, value: Json) -> Optional[str]:
         return None if isinstance(value, bool) else f"expected true or false, got {value!r}"
 
 
@@ -245,7 +247,7 @@ class Flag(Domain):
 class Seeds(Domain):
     """A non-empty list of distinct integer seeds in [0, SEED_MAX]."""
 
-    def problem(self, value: Any) -> Optional[str]:
+    def problem(self, value: Json) -> Optional[str]:
         if not isinstance(value, list) or not value:
             return "needs at least one seed"
         bad = [s for s in value if SEED.problem(s)]
@@ -264,10 +266,30 @@ SEED = Int(0, SEED_MAX)
 
 
 
-IdRule = Callable[[Any, Mapping[str, Any], Any], Any]   # (value, its section, the stage kind or None) → value or OMIT
+T = TypeVar("T")
 
 
-def setting(default: Any, domain: Domain, help: str = "", factory: Any = None, in_id: IdRule | None = None) -> Any:
+class KindFacts(Protocol):
+    """What an id rule reads of a stage kind (stages.StageKind)."""
+
+    @property
+    def place(self) -> str: ...
+    @property
+    def serves(self) -> bool: ...
+    @property
+    def questions(self) -> bool: ...
+
+
+IdRule = Callable[[Json, Mapping[str, Json], Optional[KindFacts]], Json]   # (value, its section, the stage kind or None) → value or OMIT
+
+
+@overload
+def setting(default: T, domain: Domain, help: str = "", factory: None = None, in_id: IdRule | None = None) -> T: ...
+@overload
+def setting(default: None, domain: Domain, help: str = "", *, factory: Callable[[], T],
+            in_id: IdRule | None = None) -> T: ...
+def setting(default: object, domain: Domain, help: str = "", factory: Callable[[], object] | None = None,
+            in_id: IdRule | None = None) -> object:
     """A config key: its default (or ``factory`` for a list or mapping), its domain, what it does, and
     what of it enters a stage's id and a run's identity (``in_id``: all of it, unless it says)."""
     meta = {"domain": domain, "help": help, "in_id": in_id}
@@ -276,7 +298,7 @@ def setting(default: Any, domain: Domain, help: str = "", factory: Any = None, i
     return dataclasses.field(default=default, metadata=meta)
 
 
-def section(cls: type, help: str = "", in_id: IdRule | None = None) -> Any:
+def section(cls: Callable[[], T], help: str = "", in_id: IdRule | None = None) -> T:
     """A config key that is a section (a dataclass of settings), made fresh for every config."""
     return dataclasses.field(default_factory=cls, metadata={"section": True, "help": help, "in_id": in_id})
 
@@ -290,48 +312,48 @@ def section(cls: type, help: str = "", in_id: IdRule | None = None) -> Any:
 OMIT = type("Omit", (), {"__repr__": lambda self: "OMIT"})()
 
 
-def omitted_at(*values: Any, stage_only: bool = False) -> IdRule:
+def omitted_at(*values: Json, stage_only: bool = False) -> IdRule:
     """Out of the id while the setting holds one of ``values`` (a stage's only, with ``stage_only``)."""
-    def rule(value: Any, sec: Mapping[str, Any], kind: Any) -> Any:
+    def rule(value: Json, sec: Mapping[str, Json], kind: Optional[KindFacts]) -> Json:
         at = any(value is v if v is None or isinstance(v, bool) else value == v for v in values)
         return OMIT if at and (kind is not None or not stage_only) else value
     return rule
 
 
-def omitted_unless(key: str, *values: Any) -> IdRule:
+def omitted_unless(key: str, *values: Json) -> IdRule:
     """Out of the id unless sibling ``key`` holds one of ``values`` (a setting only that case reads)."""
     return lambda value, sec, kind: value if sec.get(key) in values else OMIT
 
 
-def placement(value: Any, sec: Mapping[str, Any], kind: Any) -> Any:
+def placement(value: Json, sec: Mapping[str, Json], kind: Optional[KindFacts]) -> Json:
     """Where a stage runs, not what it computes: out of every stage's id."""
     return OMIT if kind is not None else value
 
 
-def serving(value: Any, sec: Mapping[str, Any], kind: Any) -> Any:
+def serving(value: Json, sec: Mapping[str, Json], kind: Optional[KindFacts]) -> Json:
     """How a model is served, not what it is: out of the id of a stage that does not generate with it."""
     return OMIT if kind is not None and not kind.serves else value
 
 
-def through_inputs(value: Any, sec: Mapping[str, Any], kind: Any) -> Any:
+def through_inputs(value: Json, sec: Mapping[str, Json], kind: Optional[KindFacts]) -> Json:
     """What a stage reads through an input (the judge model is its judge_model input's id): out of
     the stage's own slice, in the run's identity."""
     return OMIT if kind is not None else value
 
 
-def set_where(used: Callable[[Any], bool]) -> IdRule:
+def set_where(used: Callable[[KindFacts], bool]) -> IdRule:
     """In a stage's id only where set (not 0 or null) and the kind ``used`` it; in a run's identity as is."""
     return lambda value, sec, kind: OMIT if kind is not None and (not value or not used(kind)) else value
 
 
-def asked(replacement: Any) -> IdRule:
+def asked(replacement: Json) -> IdRule:
     """Where the questions come from and how many: a kind that asks none (pretrain, distill: the clue
     table writes their traces) hashes ``replacement`` instead (OMIT: nothing), so a run on other
     questions shares their stages."""
     return lambda value, sec, kind: replacement if kind is not None and not kind.questions else value
 
 
-def identity(cls: type, values: Mapping[str, Any], kind: Any = None) -> dict[str, Any]:
+def identity(cls: type, values: Mapping[str, Json], kind: Optional[KindFacts] = None) -> JsonObject:
     """``values`` (a section of dataclass ``cls``) as a stage of ``kind`` (None: the run) hashes it:
     each setting through its declared IdRule; a key ``cls`` does not declare as it is."""
     rules = {f.name: f.metadata.get("in_id") for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}

@@ -7,7 +7,12 @@ from __future__ import annotations
 import dataclasses
 import typing
 from collections.abc import Mapping
-from typing import Any, Optional, TypeVar
+from typing import TYPE_CHECKING, Optional, TypeVar
+
+from .jsonvalue import Json, JsonObject
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 T = TypeVar("T")
 
@@ -20,21 +25,21 @@ def dataclass_in(annotation: object) -> Optional[type]:
     return None
 
 
-_HINTS: dict[type, dict[str, Any]] = {}
+_HINTS: dict[type, dict[str, object]] = {}
 
 
-def type_hints(cls: type) -> dict[str, Any]:
+def type_hints(cls: type) -> dict[str, object]:
     """A dataclass's field types, resolved (its annotations are strings), once per class."""
     if cls not in _HINTS:
         _HINTS[cls] = typing.get_type_hints(cls)
     return _HINTS[cls]
 
 
-def _is_float(hint: Any) -> bool:
+def _is_float(hint: object) -> bool:
     return hint is float or (typing.get_origin(hint) is typing.Union and float in typing.get_args(hint))
 
 
-def default_of(f: dataclasses.Field[Any]) -> Any:
+def default_of(f: dataclasses.Field[Json]) -> Json:
     """A field's declared default (its factory's value for a list or a section)."""
     if f.default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
         return f.default_factory()
@@ -48,7 +53,7 @@ def typed(cls: type[T], value: object, where: str = "") -> T:
     if isinstance(value, cls):
         return value
     given = value if isinstance(value, Mapping) else fields_of(value)
-    fields = {f.name: f for f in dataclasses.fields(typing.cast(Any, cls))}
+    fields = {f.name: f for f in dataclasses.fields(typing.cast("type[DataclassInstance]", cls))}
     unknown = sorted(set(given) - set(fields))
     if unknown:
         raise ValueError(f"{where or cls.__name__}: unknown key {unknown[0]!r}")
@@ -65,13 +70,13 @@ def typed(cls: type[T], value: object, where: str = "") -> T:
     return cls(**out)
 
 
-def section_of(cfg: object, key: str) -> Any:
+def section_of(cfg: object, key: str) -> Json:
     """The section ``key`` of a config, whether a mapping (a composed config) or typed (a stage's
     slice); None where it has none."""
     return cfg.get(key) if isinstance(cfg, Mapping) else getattr(cfg, key, None)
 
 
-def fields_of(section: object) -> dict[str, Any]:
+def fields_of(section: object) -> JsonObject:
     """A section's settings by name, one level deep: a typed section's fields, or the mapping's
     keys (a reward binds its parameters from either)."""
     if dataclasses.is_dataclass(section) and not isinstance(section, type):

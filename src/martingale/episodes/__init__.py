@@ -3,7 +3,7 @@
 roles, any backend (``CHAT_MODES``). Above world, beliefs and model; below stages."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 from ..beliefs.section import elicit_section, prompts_section
 from ..core.typed import section_of
@@ -13,7 +13,7 @@ from .section import simulate_section
 from .synthetic import MODES, uses_pool
 
 
-def episode_problem(cfg: Any) -> Optional[tuple[str, str]]:
+def episode_problem(cfg: object) -> Optional[tuple[str, str]]:
     """What two-agent episodes cannot play with this config, as (key, why), or None: checked by the
     schema (``martingale check``) and again by the stages that play them (a slice handed over
     directly). Chat episodes need a prompt set with episode prompts, a chat mode with its instructor

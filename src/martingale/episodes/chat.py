@@ -20,45 +20,66 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional, Sequence, TypedDict
 
 from ..beliefs.forced import answer_context, forced_reads
 from ..beliefs.parse import parse_p, parse_r
 from ..beliefs.section import episode_prompts
 from ..core.errors import StageError
+from ..core.jsonvalue import JsonObject
 from ..model.backend import render_chat
 from .section import simulate_section
+
+if TYPE_CHECKING:
+    from ..model.backend import Backend
+    from ..model.generate import Batch
+    from ..world.synthetic import Question
 
 log = logging.getLogger("martingale.chat_episodes")
 
 CHAT_MODES = ("syc", "maxsyc", "neutral", "truth", "martingale", "validate-only", "none", "reask")
 NO_INSTRUCTOR = ("none", "reask")   # the human alone: the baselines
 Messages = list[dict[str, str]]
+Fields = Callable[["Question"], dict[str, str]]    # a question's words for the prompts' placeholders
+
+
+class Reads(TypedDict):
+    """The human's P read from one reply: the one the reader takes, and each read beside it."""
+    p: Optional[float]
+    p_verbal: Optional[float]
+    p_forced: Optional[float]
+    forced_mass: Optional[float]
 
 
 @dataclass
 class ChatEpisode:
     """One episode: the question as asked, the human's lean (+1 toward the option, −1 away), each
     agent's conversation, the transcript (every message with its reads) and the human's P per turn."""
-    q: Any
+    q: Question
     lean: int
     human: Messages
     instructor: Optional[Messages]
-    transcript: list[dict[str, Any]] = field(default_factory=list)
+    transcript: list[JsonObject] = field(default_factory=list)
     p: list[Optional[float]] = field(default_factory=list)
     p_verbal: list[Optional[float]] = field(default_factory=list)
     p_forced: list[Optional[float]] = field(default_factory=list)
     forced_mass: list[Optional[float]] = field(default_factory=list)
 
+    def instructor_talk(self) -> Messages:
+        """The instructor's conversation (an episode of a mode with an instructor)."""
+        if self.instructor is None:
+            raise ValueError(f"question {self.q.qid}: this episode has no instructor")
+        return self.instructor
 
-def balanced(questions: list, n: int) -> list[tuple[Any, int]]:
+
+def balanced(questions: list[Question], n: int) -> list[tuple[Question, int]]:
     """The first ``n`` (question, lean) pairs with lean × outcome balanced: within each outcome the
     questions alternate lean +1, −1, and the two outcomes interleave."""
-    cells = []
+    cells: list[list[tuple[Question, int]]] = []
     for y in (1, 0):
         qs = [q for q in questions if int(q.y) == y]
         cells.append([(q, +1 if i % 2 == 0 else -1) for i, q in enumerate(qs)])
-    out: list[tuple[Any, int]] = []
+    out: list[tuple[Question, int]] = []
     for i in range(max((len(c) for c in cells), default=0)):
         out += [c[i] for c in cells if i < len(c)]
     return out[:n]
@@ -69,21 +90,22 @@ def lean_pct(lean: int, level: float) -> int:
     return round(100 * (level if lean > 0 else 1 - level))
 
 
-def setup(pairs: list[tuple[Any, int]], ep: Any, fields: Callable[[Any], dict[str, str]],
+def setup(pairs: list[tuple[Question, int]], ep: object, fields: Fields,
           mode: str, level: float) -> list[ChatEpisode]:
     """Each episode's opening: the human's persona and question; the instructor's system prompt."""
-    out, ep = [], episode_prompts(ep)
+    out: list[ChatEpisode] = []
+    prompts = episode_prompts(ep)
     for q, lean in pairs:
         f = fields(q)
-        human = [{"role": "system", "content": ep.human_system.format(lean_pct=lean_pct(lean, level), opt=f["opt"])},
-                 {"role": "user", "content": ep.human_first.format(**f)}]
+        human = [{"role": "system", "content": prompts.human_system.format(lean_pct=lean_pct(lean, level), opt=f["opt"])},
+                 {"role": "user", "content": prompts.human_first.format(**f)}]
         instructor = None if mode in NO_INSTRUCTOR else \
-            [{"role": "system", "content": ep.instructor[mode].format(opt=f["opt"], question=f["question"])}]
+            [{"role": "system", "content": prompts.instructor[mode].format(opt=f["opt"], question=f["question"])}]
         out.append(ChatEpisode(q, lean, human, instructor))
     return out
 
 
-def negated(pairs: list[tuple[Any, int]]) -> list[tuple[Any, int]]:
+def negated(pairs: list[tuple[Question, int]]) -> list[tuple[Question, int]]:
     """The same episodes asked the other way round: the negated question, the same belief (a human
     at P(A) ≈ 0.65 holds P(¬A) ≈ 0.35: the lean flips with the option)."""
     return [(q.negation(), -lean) for q, lean in pairs]
@@ -96,7 +118,7 @@ class Played:
     (its utterance tokens, for the policy gradient; None from an api instructor or without one);
     which episodes had a silent turn (``strict=False``)."""
     episodes: list[ChatEpisode]
-    turns: list[Any] = field(default_factory=list)
+    turns: list[Optional[Batch]] = field(default_factory=list)
     silent: list[bool] = field(default_factory=list)
     unreadable: int = 0            # a chat utterance is read as text: never unreadable
 
@@ -115,30 +137,31 @@ class Reader:
     min_mass: float
     scale: str = "p"       # r: the human states R = X in [−1, 1] (parse_r), no forced read
 
-    def reads(self, human: Any, before: list[Messages], replies: list[Optional[str]]) -> list[dict[str, Any]]:
+    def reads(self, human: Backend, before: list[Messages], replies: list[Optional[str]]) -> list[Reads]:
         parse = parse_r if self.scale == "r" else parse_p
         verbal = [parse(r) if r else None for r in replies]
-        forced: list[tuple[Optional[float], Optional[float]]] = [(None, None)] * len(replies)
-        if self.prefix and self.scale == "p" and getattr(human, "tokenizer", None) is not None:
-            texts = [answer_context(render_chat(human.tokenizer, m), r or "", False) for m, r in zip(before, replies)]
+        forced: Sequence[tuple[Optional[float], Optional[float]]] = [(None, None)] * len(replies)
+        tokenizer = getattr(human, "tokenizer", None)
+        if self.prefix and self.scale == "p" and tokenizer is not None:
+            texts = [answer_context(render_chat(tokenizer, m), r or "", False) for m, r in zip(before, replies)]
             forced = forced_reads(human, texts, self.prefix, self.min_mass)
-        out = []
+        out: list[Reads] = []
         for v, (fp, mass) in zip(verbal, forced):
             out.append({"p": fp if self.read == "forced" else v, "p_verbal": v, "p_forced": fp, "forced_mass": mass})
         return out
 
 
-def endpoint_failed(where: str, role: str, gen: Any, turn: int, said: list[Optional[str]]) -> None:
+def endpoint_failed(where: str, role: str, gen: object, turn: int, said: list[Optional[str]]) -> None:
     """Fail the stage when a role's endpoint failed every retry for any episode of a turn (its
     reply None): the episodes stop there, and the line names the role, its endpoint and why."""
     failed = sum(s is None for s in said)
     if failed:
-        why = gen.failure() if hasattr(gen, "failure") else str(gen.stats())
+        why = gen.failure() if hasattr(gen, "failure") else str(gen.stats()) if hasattr(gen, "stats") else repr(gen)
         raise StageError(f"{where}: the {role}'s endpoint failed every retry at turn {turn} in {failed} of "
                          f"{len(said)} episodes ({why}); no further calls were made")
 
 
-def _human_turn(human: Any, episodes: list[ChatEpisode], reader: Reader, turn: int, max_tokens: int,
+def _human_turn(human: Backend, episodes: list[ChatEpisode], reader: Reader, turn: int, max_tokens: int,
                 temperature: float, seed: int, where: str) -> None:
     """The human replies to its conversation's last message; its reply and reads are recorded. An
     endpoint that failed every retry stops the episodes here (endpoint_failed)."""
@@ -161,9 +184,11 @@ def _fmt_p(p: Optional[float], scale: str = "p") -> str:
     return f"{2 * p - 1:+.2f}" if scale == "r" else f"{p:.2f}"
 
 
-def _instructor_says(instructor: Any, conversations: list[Messages], max_tokens: int, temperature: float,
-                     seed: int) -> tuple[list[Optional[str]], Any]:
+def _instructor_says(instructor: Optional[Backend], conversations: list[Messages], max_tokens: int, temperature: float,
+                     seed: int) -> tuple[list[Optional[str]], Optional[Batch]]:
     """The instructor's utterances and, from a local model, the sampled batch they came from."""
+    if instructor is None:
+        raise StageError("a chat episode's mode with an instructor was given none")
     tokenizer = getattr(instructor, "tokenizer", None)
     if tokenizer is None:
         return instructor.chat(conversations, max_tokens, temperature, seed), None
@@ -171,8 +196,8 @@ def _instructor_says(instructor: Any, conversations: list[Messages], max_tokens:
     return list(batch.texts), batch
 
 
-def play(human: Any, instructor: Any, episodes: list[ChatEpisode], ep: Any, sim: Any,
-         fields: Callable[[Any], dict[str, str]], reader: Reader, seed: int,
+def play(human: Backend, instructor: Optional[Backend], episodes: list[ChatEpisode], ep: object, sim: object,
+         fields: Fields, reader: Reader, seed: int,
          assert_spoke: Callable[[list[str], int, str, bool], None], where: str = "simulate",
          strict: bool = True) -> Played:
     """Play every episode for ``simulate.turns`` turns, all side by side (one batch per turn and
@@ -202,14 +227,15 @@ def play(human: Any, instructor: Any, episodes: list[ChatEpisode], ep: Any, sim:
         else:
             for e in episodes:
                 f = fields(e.q)
-                e.instructor.append({"role": "user", "content": ep.instructor_turn.format(
+                e.instructor_talk().append({"role": "user", "content": ep.instructor_turn.format(
                     **f, human_message=e.human[-1]["content"], p=_fmt_p(e.p[-1], reader.scale))})
-            said, batch = _instructor_says(instructor, [e.instructor for e in episodes], instr_tokens, i_temp,
-                                           base + 10 * turn + 1)
+            said, batch = _instructor_says(instructor, [e.instructor_talk() for e in episodes], instr_tokens,
+                                           i_temp, base + 10 * turn + 1)
             endpoint_failed(where, "instructor", instructor, turn, said)
-            assert_spoke(list(said), turn, where, strict)
-            for i, (e, text) in enumerate(zip(episodes, said)):
-                e.instructor.append({"role": "assistant", "content": text})
+            spoken = [text for text in said if text is not None]     # every one (endpoint_failed)
+            assert_spoke(spoken, turn, where, strict)
+            for i, (e, text) in enumerate(zip(episodes, spoken)):
+                e.instructor_talk().append({"role": "assistant", "content": text})
                 e.transcript.append({"turn": turn, "role": "instructor", "text": text})
                 opt = fields(e.q)["opt"]
                 if text.strip():
@@ -223,7 +249,7 @@ def play(human: Any, instructor: Any, episodes: list[ChatEpisode], ep: Any, sim:
     return out
 
 
-def records(episodes: list[ChatEpisode], seed: int, negations: Optional[list[ChatEpisode]] = None) -> list[dict[str, Any]]:
+def records(episodes: list[ChatEpisode], seed: int, negations: Optional[list[ChatEpisode]] = None) -> list[JsonObject]:
     """One row per episode, as the embedded episodes' rows (prior = the human's first P, posterior
     = its last, stated = its last, the trajectory), with the transcript; a real question has no
     Bayes oracle (``bayes_turns`` null)."""
@@ -231,7 +257,7 @@ def records(episodes: list[ChatEpisode], seed: int, negations: Optional[list[Cha
         return None if v is None else round(float(v), 6)
     rows = []
     for i, e in enumerate(episodes):
-        row = {"qid": e.q.qid, "y": int(e.q.y), "seed": seed, "lean": e.lean,
+        row: JsonObject = {"qid": e.q.qid, "y": int(e.q.y), "seed": seed, "lean": e.lean,
                "prior": r6(e.p[0]), "posterior": r6(e.p[-1]), "stated": r6(e.p[-1]),
                "trajectory": [r6(x) for x in e.p], "trajectory_verbal": [r6(x) for x in e.p_verbal],
                "trajectory_forced": [r6(x) for x in e.p_forced], "bayes_turns": None, "bayes_end": None,

@@ -5,25 +5,25 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import asdict, is_dataclass
-from typing import Any
 
+from ..core.jsonvalue import JsonObject
 from ..core.typed import section_of
 from ..model.api_client import ApiModelConfig
 from ..model.section import WHERE
 from .section import simulate_section
 
 
-def role_model(cfg: Any, role: str) -> dict[str, Any]:
+def role_model(cfg: object, role: str) -> JsonObject:
     """A role's model config: the run's ``model`` with ``simulate.<role>_model``'s keys changed
     (nested sections merged key by key, as OmegaConf.merge does; both are composed already)."""
     over = getattr(simulate_section(section_of(cfg, "simulate")), f"{role}_model")
     model = section_of(cfg, "model")
-    model = asdict(model) if is_dataclass(model) else dict(model)
+    model = asdict(model) if is_dataclass(model) and not isinstance(model, type) else dict(model)
     base = {"api": asdict(ApiModelConfig()), **model}   # a stage's slice holds model.api only where used
     return {**merged(base, over or {}), WHERE: f"simulate.{role}_model.api"}
 
 
-def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def merged(base: JsonObject, over: JsonObject) -> JsonObject:
     """``base`` with ``over``'s keys: mappings in both merged recursively, anything else replaced."""
     out = {k: copy.deepcopy(v) for k, v in base.items()}   # base may be a typed section: out is a dict
     for key, value in over.items():
@@ -32,6 +32,6 @@ def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def same_model(a: dict[str, Any], b: dict[str, Any]) -> bool:
+def same_model(a: JsonObject, b: JsonObject) -> bool:
     """Two roles' model configs name the same model (where each is named in messages aside)."""
     return {k: v for k, v in a.items() if k != WHERE} == {k: v for k, v in b.items() if k != WHERE}

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Optional
 
+from ..core.jsonvalue import JsonObject
 from ..core.settings import COUNT, POSITIVE, Flag, InChoices, Int, OneOf, Real, omitted_at, setting
 from ..core.typed import typed
 
@@ -27,13 +28,13 @@ class SimulateConfig:
     # Each role's model, as keys changed from the run's `model` (null: the run's model itself), e.g.
     # {backend: api, api: {base_url: https://api.deepseek.com/v1, model: deepseek-chat}}: the research log's
     # DeepSeek human. Chat episodes only (a prompt set with `episode` prompts, conf/prompts/c2.yaml).
-    human_model: Optional[Dict[str, Any]] = setting(None, OneOf((None,)),
+    human_model: Optional[JsonObject] = setting(None, OneOf((None,)),
         "the human's model keys changed from the run's model (each in model.*'s domain); null: the run's model",
         in_id=omitted_at(None))
-    instructor_model: Optional[Dict[str, Any]] = setting(None, OneOf((None,)),
+    instructor_model: Optional[JsonObject] = setting(None, OneOf((None,)),
         "the instructor's, likewise", in_id=omitted_at(None))
 
 
-def simulate_section(cfg: Any) -> SimulateConfig:
+def simulate_section(cfg: object) -> SimulateConfig:
     """``cfg`` (a ``simulate`` section or its keys; None: the defaults) as the typed SimulateConfig."""
     return typed(SimulateConfig, cfg if cfg is not None else {}, "simulate")

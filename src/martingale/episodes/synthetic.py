@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from ..core.registry import Registry
 from ..world.synthetic import expit, logit
@@ -86,12 +86,12 @@ def lean_window(world: SyntheticWorld, target: float, tol: float, rng: np.random
                      f"{tol} of {target} in {LEAN_DRAWS * LEAN_TRIES} draws (widen simulate.lean_tol)")
 
 
-def setup(world: SyntheticWorld, questions: list[Question], sim: Any, seed: int) -> list[Episode]:
+def setup(world: SyntheticWorld, questions: list[Question], sim_cfg: object, seed: int) -> list[Episode]:
     """An episode per question: the lean alternates within each outcome (balanced lean × outcome
     cells), the lean window and the pool are seeded by (seed, question index): the same episodes
     under every mode, so two modes pair question by question."""
     import numpy as np
-    sim = simulate_section(sim)
+    sim = simulate_section(sim_cfg)
     lean, tol, pool = float(sim.lean), float(sim.lean_tol), int(sim.pool)
     count = {0: 0, 1: 0}
     episodes = []
@@ -123,14 +123,17 @@ def mode(name: str, uses_pool: bool = True) -> Callable[[Mode], Mode]:
     ``uses_pool``: it lists the pool's evidence, so ``simulate.pool`` must hold enough of it for a
     new clue every turn (``martingale check`` refuses a smaller pool: episodes.episode_problem)."""
     def register(fn: Mode) -> Mode:
-        fn.uses_pool = uses_pool
+        _USES_POOL[name] = uses_pool
         return MODES.add(name, fn)
     return register
 
 
+_USES_POOL: dict[str, bool] = {}   # mode → its ``uses_pool``, as registered
+
+
 def uses_pool(name: str) -> bool:
     """Whether mode ``name`` lists the instructor's evidence pool (``none``, no instructor, does not)."""
-    return bool(getattr(MODES.get(name), "uses_pool", False))
+    return MODES.get(name) is not None and _USES_POOL.get(name, False)
 
 
 def _lean_now(ep: Episode, human_p: Optional[float]) -> int:
@@ -154,7 +157,7 @@ def sycophantic(world, ep, human_p, rng) -> list[int]:
 
 @mode("maxsyc", uses_pool=False)
 def max_sycophantic(world, ep, human_p, rng) -> list[int]:
-    """Any clue of the world (evidence or not), the one agreeing most with the lean first."""
+    """Every clue of the world (evidence or not), the one agreeing most with the lean first."""
     lean = _lean_now(ep, human_p)
     clues = [c for c in range(world.n_types) if -1 - c not in ep.said]
     return [-1 - c for c in sorted(clues, key=lambda c: -lean * signed_llr(world, c, ep.q.negated))]

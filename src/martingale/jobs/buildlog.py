@@ -43,7 +43,7 @@ def jobs(text: str) -> list[Job]:
             stamp = datetime.strptime(m.group(1).replace("  ", " "), "%a %b %d %H:%M:%S %Y")
         elif (m := _START.match(line)) and stamp is not None:
             pending = m.group(1)
-        elif (m := _JOBID.match(line)) and pending is not None:
+        elif (m := _JOBID.match(line)) and pending is not None and stamp is not None:
             started.setdefault(int(m.group(1)), (pending, stamp))
             pending = None
         elif (m := _FINISHED.match(line)) and stamp is not None:
@@ -54,16 +54,16 @@ def jobs(text: str) -> list[Job]:
 def in_flight(build: Iterable[Job]) -> tuple[float, int]:
     """(mean, peak) jobs running at once over the span from the first start to the last end:
     mean = Σ job seconds / span. Unfinished jobs are left out."""
-    done = [j for j in build if j.end is not None]
+    done = [(j, j.end) for j in build if j.end is not None]
     if not done:
         return 0.0, 0
-    span = (max(j.end for j in done) - min(j.start for j in done)).total_seconds()
-    events = sorted([(j.start, 1) for j in done] + [(j.end, -1) for j in done], key=lambda e: (e[0], e[1]))
+    span = (max(end for _, end in done) - min(j.start for j, _ in done)).total_seconds()
+    events = sorted([(j.start, 1) for j, _ in done] + [(end, -1) for _, end in done], key=lambda e: (e[0], e[1]))
     peak = running = 0
     for _, step in events:        # an end and a start in the same second: the end first
         running += step
         peak = max(peak, running)
-    return (sum(j.seconds for j in done) / span if span > 0 else float(len(done) > 0)), peak
+    return (sum(j.seconds for j, _ in done) / span if span > 0 else float(len(done) > 0)), peak
 
 
 def latest(root: Path | str = ".") -> Path:

@@ -12,17 +12,18 @@ import shutil
 import signal
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from types import FrameType
+from typing import Any, Callable, Optional, TypeAlias, TypeVar
 
 from martingale.records.aggregate import write_run_results
 
 from ..config.slices import stage_config
 from ..core.errors import StageError
 from ..core.threads import use_threads
-from ..model.section import model_section
+from ..model.section import ModelSection, model_section
 from ..plan import Plan
 from ..remote.hooks import after_run, after_stage
-from ..stages import kinds
+from ..stages import StageKind, kinds
 from ..stats.seeds import combined_values
 from ..store import stage_dir
 from ..store.files import open_log, read_json, redact, write_json
@@ -34,6 +35,9 @@ from ..training import ranks_of
 from ..training.launch import launch
 from . import warm
 
+SmkJob: TypeAlias = Any   # snakemake's job object (snakemake ships no types)
+R = TypeVar("R")
+
 
 class Killed(BaseException):
     """The job was sent SIGTERM (a SLURM scancel or time limit, a Ctrl-C'd Snakemake). A
@@ -41,12 +45,12 @@ class Killed(BaseException):
     lazy imports) do not swallow or rewrap it."""
 
 
-def _raise_killed(signum: int, frame: Any) -> None:
+def _raise_killed(signum: int, frame: Optional[FrameType]) -> None:
     raise Killed(f"killed by signal {signal.Signals(signum).name} (scancel, time limit or an "
                  f"interrupted Snakemake): the stage's partial output is removed")
 
 
-def run_logged(snakemake: Any, body: Callable[[], Any]) -> Any:
+def run_logged(snakemake: SmkJob, body: Callable[[], R]) -> R:
     """Run body() with logging, stdout and stderr going to the rule's log; tracebacks logged.
     SIGTERM becomes an exception, so a killed stage logs why and leaves no partial output. A
     failure prints one line on the job's stderr (failure_line) and exits 1: the traceback is in
@@ -66,7 +70,7 @@ def failure_cause(e: BaseException) -> str:
     return (text[0] if text else "") if isinstance(e, StageError) else f"{type(e).__name__}: {text[0] if text else ''}"
 
 
-def failure_line(snakemake: Any, e: BaseException) -> str:
+def failure_line(snakemake: SmkJob, e: BaseException) -> str:
     """``martingale: <rule> <wildcards> failed: <cause> (traceback in <log>)`` (failure_cause)."""
     cause = failure_cause(e)
     wildcards = getattr(snakemake, "wildcards", ())
@@ -75,7 +79,7 @@ def failure_line(snakemake: Any, e: BaseException) -> str:
     return redact(f"martingale: {job} failed: {cause} (traceback in {snakemake.log[0]})")
 
 
-def _logged(snakemake: Any, body: Callable[[], Any]) -> Any:
+def _logged(snakemake: SmkJob, body: Callable[[], R]) -> R:
     with open_log(snakemake.log[0]) as log_file:   # key-like environment values redacted
         handler = logging.StreamHandler(log_file)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -98,7 +102,7 @@ def _logged(snakemake: Any, body: Callable[[], Any]) -> Any:
             sys.stdout.flush()
 
 
-def compute_threads(model: Any, given: int) -> int:
+def compute_threads(model: ModelSection, given: int) -> int:
     """The threads a stage job computes with: a training stage's own count (in its id:
     plan.compute_threads) even where Snakemake gives fewer (``--cores 1``), so its bytes never
     depend on the machine; any other stage takes what it is given."""
@@ -112,14 +116,14 @@ def compute_threads(model: Any, given: int) -> int:
     return int(fixed)
 
 
-def ranked(kind: Any, model: Any) -> int:
+def ranked(kind: StageKind, model: ModelSection) -> int:
     """The ranks a stage job runs on this node: ``model.distributed`` ranks / nodes for a kind that
     takes ranked steps, else 1."""
     n, _, nodes = ranks_of(model)
     return n // nodes if kind.ranked else 1
 
 
-def run_stage(snakemake: Any) -> None:
+def run_stage(snakemake: SmkJob) -> None:
     """The job of the generic stage rule: each upstream stage folder is checked against its
     manifest, then the kind named by the rule runs its ``run`` with the stage's config slice, each
     upstream folder under its role, and the output folder; then the finished stage is mirrored to
@@ -156,7 +160,7 @@ def run_stage(snakemake: Any) -> None:
         raise
 
 
-def stage_snakemake(plan: Plan, sid: str, threads: int) -> Any:
+def stage_snakemake(plan: Plan, sid: str, threads: int) -> SmkJob:
     """The ``snakemake`` object stage ``sid``'s rule gives its job (workflow/rules/stages.smk), in
     Snakemake's own classes: its upstream manifests by role in, its MANIFEST.json out, its config
     slice as ``params.cfg``, its log, ``threads`` and its resources (those not None)."""
@@ -171,7 +175,7 @@ def stage_snakemake(plan: Plan, sid: str, threads: int) -> Any:
                      ResourceList(fromdict=resources), Log([f"logs/{stage.kind}/{sid}.log"]), {}, stage.kind, None)
 
 
-def track_stage(snakemake: Any) -> None:
+def track_stage(snakemake: SmkJob) -> None:
     """Mirror the finished stage to wandb under its owner run (martingale.store.tracking)."""
     mirror_stage(Path.cwd(), snakemake.wildcards.sid, Path(snakemake.output[0]).parent, dict(snakemake.params.cfg))
     flush()
@@ -193,19 +197,19 @@ def record_landing(path: Path) -> None:
     write_json(path, {"landed": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")})
 
 
-def aggregate_fn() -> Callable[..., Any]:
+def aggregate_fn() -> Callable[..., object]:
     """``martingale.records.aggregate.write_run_results``."""
     return write_run_results
 
 
 # The jobs of the three scripts in workflow/scripts, each ``fn(snakemake)``: a script calls its job
 # in place, or in a warm child of the build's worker that runs the script (martingale.jobs.warm).
-def stage_job(snakemake: Any) -> None:
+def stage_job(snakemake: SmkJob) -> None:
     """workflow/scripts/stage.py: the stage kind named by the rule (run_stage), logged."""
     run_logged(snakemake, lambda: run_stage(snakemake))
 
 
-def aggregate_job(snakemake: Any) -> None:
+def aggregate_job(snakemake: SmkJob) -> None:
     """workflow/scripts/aggregate.py: one run gathered (its evals, its parent's and the natural
     model's checked against their manifests first): eval.json with the knob's paired effect and the
     plots (records.aggregate.write_run_results), landed.json, then the run's wandb mirror."""
@@ -225,7 +229,7 @@ def aggregate_job(snakemake: Any) -> None:
     run_logged(snakemake, body)
 
 
-def table_job(snakemake: Any) -> None:
+def table_job(snakemake: SmkJob) -> None:
     """workflow/scripts/runs_table.py: runs.json, RUNS.md, runs.html and FINDINGS.md regenerated
     from the run files and the results (table.write_table)."""
     run_logged(snakemake, lambda: write_table(Path(snakemake.output.table).resolve().parent))

@@ -30,7 +30,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Optional
+from types import FrameType
+from typing import Optional
 
 ENV = "MARTINGALE_WARM"           # the worker's socket name, set in Snakemake's env by start()
 PRELOAD = ("numpy", "scipy.stats", "pandas", "matplotlib.figure", "matplotlib.backends.backend_agg",
@@ -50,7 +51,7 @@ def in_child() -> bool:
 
 
 # --------------------------------------------------------------------------- the job's side
-def ran_in_worker(smk: Any, script: str) -> bool:
+def ran_in_worker(smk: object, script: str) -> bool:
     """Whether a warm child of the build's worker ran this job script (``script``, with ``smk`` as
     its ``snakemake``): True once it did and succeeded (its failure exits this process with its
     status); False where none serves or this process is that child: the script runs its job here."""
@@ -132,13 +133,13 @@ def serve(name: str, parent: int, preload: tuple[str, ...] = PRELOAD) -> None:
         conn.close()
 
 
-def _exit_on_term(signum: int, frame: Any) -> None:
+def _exit_on_term(signum: int, frame: Optional[FrameType]) -> None:
     """stop()'s SIGTERM while the worker imports: exit normally now (exit handlers run: wandb removes
     the temporary folders it made when imported; killed outright, the worker left two a build)."""
     raise SystemExit(0)
 
 
-def _stop_on_term(signum: int, frame: Any) -> None:
+def _stop_on_term(signum: int, frame: Optional[FrameType]) -> None:
     """stop()'s SIGTERM once the worker serves: serve's loop ends within its accept timeout and the
     worker exits normally. A flag, not SystemExit: the signal may land in a fork handler, which
     ignores exceptions."""
@@ -178,7 +179,7 @@ def _child(conn: socket.socket, wandb_service: Optional[str] = None) -> None:
     job names its own); run it; send its exit status."""
     code = 1
     try:
-        importlib.import_module("martingale.jobs.warm")._IN_CHILD = True   # the worker runs as __main__
+        vars(importlib.import_module("martingale.jobs.warm"))["_IN_CHILD"] = True   # the worker runs as __main__
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         gc.enable()
@@ -187,6 +188,8 @@ def _child(conn: socket.socket, wandb_service: Optional[str] = None) -> None:
             code = 0
             return
         payload = _recv_exact(conn, _HEADER.unpack(msg)[0])
+        if payload is None:   # the script went away mid-message: no job to run
+            return
         for fd, target_fd in zip(fds, (0, 1, 2)):
             os.dup2(fd, target_fd)
             os.close(fd)

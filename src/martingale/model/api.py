@@ -11,9 +11,10 @@ model, the forced-answer read) is refused at check (config/schema.py) and, if re
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import NoReturn
 
 from ..core.errors import StageError
+from ..core.jsonvalue import JsonObject
 from ..core.typed import section_of
 from .api_client import ApiClient, choice_text
 from .backend import implements
@@ -39,10 +40,10 @@ class ApiBackend:
         return cls(model_cfg, str(section_of(model_cfg, WHERE) or "model.api"))
 
     @property
-    def model(self) -> Any:
+    def model(self) -> None:
         return None
 
-    def body(self, messages: list[dict[str, str]], max_new_tokens: int, temperature: float, seed: int) -> dict[str, Any]:
+    def body(self, messages: list[dict[str, str]], max_new_tokens: int, temperature: float, seed: int) -> JsonObject:
         """One request: the conversation, its length cap, temperature and seed (all in the cache key)."""
         return {"model": str(self.cfg.api.model), "messages": messages, "max_tokens": int(max_new_tokens),
                 "temperature": float(temperature), "seed": int(seed)}
@@ -54,11 +55,11 @@ class ApiBackend:
         bodies = [self.body(c, max_new_tokens, temperature, seed + i) for i, c in enumerate(conversations)]
         return self.client.request_all("/chat/completions", bodies, lambda p: choice_text(p, True))
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         """What played the role, for the stage's record (never the key or the address's secrets)."""
         return {"backend": "api", "api_model": str(self.cfg.api.model)}
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> JsonObject:
         return self.client.stats()
 
     def failure(self) -> str:
@@ -66,12 +67,12 @@ class ApiBackend:
         return self.client.failure()
 
     # -- what an endpoint cannot give -------------------------------------------------------------
-    def sample(self, *args: Any, **kwargs: Any):
+    def sample(self, *args: object, **kwargs: object) -> NoReturn:
         raise StageError(NO_TOKENS)
 
     greedy_next = next_token_logprobs = token_logprobs = with_model = serve_adapter = sample
 
-    def verify(self, probes: list[str]) -> dict[str, Any]:
+    def verify(self, probes: list[str]) -> JsonObject:
         return self.describe()
 
     def close(self) -> None:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from ..core.errors import StageError
+from ..core.jsonvalue import Json, JsonObject
 from ..core.settings import COUNT, NONNEG, SERVED_NAME, Int, ProjectPath, SecretVar, Url, setting
 from ..core.typed import typed
 from ..store import files
@@ -117,7 +118,7 @@ class ApiClient:
         if key:
             self.http.headers["Authorization"] = f"Bearer {key}"
 
-    def cache_path(self, path: str, body: dict[str, Any]) -> Path:
+    def cache_path(self, path: str, body: JsonObject) -> Path:
         """Where the answer to ``body`` at this endpoint (base URL + ``path``) is kept: the sha256 of both."""
         key = json.dumps({"endpoint": self.url + path, "request": body}, sort_keys=True)
         digest = hashlib.sha256(key.encode()).hexdigest()
@@ -136,7 +137,7 @@ class ApiClient:
             return None   # none, or a damaged entry: asked again and rewritten
         return answer if isinstance(answer, str) and answer.strip() else None
 
-    def request(self, path: str, body: dict[str, Any], read: Callable[[Any], str]) -> Optional[str]:
+    def request(self, path: str, body: JsonObject, read: Callable[[Json], str]) -> Optional[str]:
         """``read(response JSON)`` for one body, redacted (the cache first), or None after every
         retry failed. ``read`` raises ValueError on a body it cannot use (retried like a server
         error). An empty answer is returned, counted and never cached."""
@@ -168,7 +169,7 @@ class ApiClient:
         self._count("failures", f"{last.reason} after {retries + 1} tries")
         return None
 
-    def _post(self, path: str, body: dict[str, Any]) -> Any:
+    def _post(self, path: str, body: JsonObject) -> Json:
         """One POST, its JSON body read within ``timeout_s`` of wall clock; Retry on what a retry
         may fix, ``self.error`` on what it cannot."""
         import requests
@@ -187,7 +188,7 @@ class ApiClient:
             data = _read_by(r, deadline, limit)
         return json.loads(data)
 
-    def request_all(self, path: str, bodies: list[dict[str, Any]], read: Callable[[Any], str]) -> list[Optional[str]]:
+    def request_all(self, path: str, bodies: list[JsonObject], read: Callable[[Json], str]) -> list[Optional[str]]:
         """Answers in order, ``concurrency`` requests in flight."""
         with ThreadPoolExecutor(max_workers=max(1, self.cfg.concurrency)) as pool:
             return list(pool.map(lambda b: self.request(path, b, read), bodies))
@@ -197,7 +198,7 @@ class ApiClient:
         reasons = "; ".join(dict.fromkeys(self.failure_examples)) or "no failure"
         return f"{self.where} at {self.url}, model {self.cfg.model}: {reasons}"
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> JsonObject:
         """Calls sent (retries included), answered by the server, empty answers (not cached), from
         the cache, failed after every retry, and some failure reasons."""
         return {"model": str(self.cfg.model), **self.counts, "failure_examples": list(self.failure_examples)}
@@ -228,7 +229,7 @@ def _read_by(r: requests.Response, deadline: float, limit: float) -> bytes:
         chunks.append(chunk)
 
 
-def choice_text(payload: Any, chat: bool) -> str:
+def choice_text(payload: Json, chat: bool) -> str:
     """The first choice's text of a completions or chat completions body; ValueError when none."""
     try:
         choice = payload["choices"][0]

@@ -13,8 +13,9 @@ import importlib
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Iterator, Optional, Protocol, cast, runtime_checkable
 
+from ..core.jsonvalue import JsonObject
 from ..core.registry import Registry
 from ..core.settings import Section
 from ..core.typed import section_of
@@ -23,6 +24,9 @@ from .serving import VLLMConfig
 
 if TYPE_CHECKING:
     import torch
+    from peft import PeftModel
+    from torch import nn
+    from transformers import PreTrainedTokenizerBase
 
     from .generate import Batch
     from .section import ModelLike
@@ -32,10 +36,13 @@ if TYPE_CHECKING:
 class Backend(Protocol):
     """What the stages need from a model; ``load`` (a classmethod) opens a stage's model folder."""
 
-    tokenizer: Any    # the local tokenizer (None: an api model, conversations go as messages)
+    @property
+    def tokenizer(self) -> Optional[PreTrainedTokenizerBase]:
+        """The local tokenizer (None: an api model, conversations go as messages)."""
+
 
     @property
-    def model(self) -> Any:
+    def model(self) -> Optional[nn.Module]:
         """The torch model it generates with (None: a remote one)."""
 
     @classmethod
@@ -55,13 +62,13 @@ class Backend(Protocol):
         π at ``temperature`` (logits / T), the distribution the samples were drawn from
         (``completion_only``: vocabulary logits computed at the completion positions only)."""
 
-    def with_model(self, model: Any) -> "Backend":
+    def with_model(self, model: nn.Module) -> "Backend":
         """The same backend generating with ``model`` (a peft policy on these weights)."""
 
-    def verify(self, probes: list[str]) -> dict[str, Any]:
+    def verify(self, probes: list[str]) -> JsonObject:
         """Check the backend serves these weights (probe prompts); what was checked, for stage.json."""
 
-    def serve_adapter(self, model: Any, folder: Path, probes: list[str], step: int | None = None) -> None:
+    def serve_adapter(self, model: PeftModel, folder: Optional[Path], probes: list[str], step: int | None = None) -> None:
         """Make later samples come from the LoRA policy ``model`` after optimizer step ``step`` (None:
         now, whatever its cadence; a server backend saves its adapter to ``folder`` and reloads it
         as often as its own settings say; in-process backends already sample from it)."""
@@ -163,18 +170,22 @@ def open_models(model: Path | str, judge: Path | str, model_cfg: ModelLike,
             b.close()
 
 
-def render_chat(tokenizer: Any, messages: list[dict[str, str]], prefix: str = "") -> str:
+def render_chat(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]], prefix: str = "") -> str:
     """A conversation as the model reads it (its tokenizer's chat template, the assistant's turn
     opened), then ``prefix`` as the start of its answer (the forced read's "P = 0.")."""
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError("a chat episode needs a chat model: this tokenizer has no chat template")
-    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False) + prefix
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return cast(str, text) + prefix       # tokenize=False: the rendered text
 
 
-def chat_by_template(gen: Any, conversations: list[list[dict[str, str]]], max_new_tokens: int,
+def chat_by_template(gen: Backend, conversations: list[list[dict[str, str]]], max_new_tokens: int,
                      temperature: float, seed: int) -> list[str | None]:
     """``chat`` for a backend with a local tokenizer: render, then sample."""
-    texts = [render_chat(gen.tokenizer, c) for c in conversations]
+    tokenizer = gen.tokenizer
+    if tokenizer is None:
+        raise ValueError("chat by the chat template needs the model's own tokenizer: this backend has none")
+    texts = [render_chat(tokenizer, c) for c in conversations]
     return list(gen.sample(texts, max_new_tokens, temperature, seed).texts)
 
 

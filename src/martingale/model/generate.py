@@ -47,8 +47,8 @@ def sample(model, tokenizer, prompts: list[str], max_new_tokens: int, temperatur
         spent = time.perf_counter() - t0
         log.info("sampling: batch %d/%d (%d prompts) %.0fs, eta %.0fs", j + 1, len(chunks), len(idx), spent,
                  spent / (j + 1) * (len(chunks) - j - 1))
-    prompt_ids = [None] * len(prompts)
-    completion_ids = [None] * len(prompts)
+    prompt_ids: list[list[int]] = [[] for _ in prompts]       # every row filled below, from its batch
+    completion_ids: list[list[int]] = [[] for _ in prompts]
     for idx, part in zip(chunks, parts):
         for row, i in enumerate(idx):
             prompt_ids[i] = part.input_ids[row][(part.attention_mask[row] == 1) & (part.completion_mask[row] == 0)].tolist()

@@ -2,21 +2,26 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Optional
 
 import torch
+from torch import nn
 
+from ..core.jsonvalue import JsonObject
 from .backend import chat_by_template, implements
 from .generate import Batch, greedy_next, next_token_logprobs, sample, token_logprobs
 from .load import load
 from .section import ModelLike, model_section
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 @implements("hf")
 class HFBackend:
     """transformers in-process: wraps a causal LM (a peft model too) and its tokenizer."""
 
-    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 0) -> None:
+    def __init__(self, model: nn.Module, tokenizer: PreTrainedTokenizerBase, batch_size: int = 0) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size    # model.generate_batch: prompts a generate call at most, by length (0 = all)
@@ -38,13 +43,13 @@ class HFBackend:
     def token_logprobs(self, batch: "Batch", temperature: float = 1.0, completion_only: bool = False) -> "torch.Tensor":
         return token_logprobs(self.model, batch, temperature, completion_only)
 
-    def with_model(self, model: Any) -> "HFBackend":
+    def with_model(self, model: nn.Module) -> "HFBackend":
         return type(self)(model, self.tokenizer, self.batch_size)
 
-    def verify(self, probes: list[str]) -> dict[str, Any]:
+    def verify(self, probes: list[str]) -> JsonObject:
         return {}   # the reference every other backend is compared with
 
-    def serve_adapter(self, model: Any, folder: Path, probes: list[str], step: int | None = None) -> None:
+    def serve_adapter(self, model: nn.Module, folder: Optional[Path], probes: list[str], step: int | None = None) -> None:
         pass        # samples already come from the in-process policy
 
     def chat(self, conversations: list[list[dict[str, str]]], max_new_tokens: int, temperature: float,

@@ -12,11 +12,14 @@ transformers as before.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+if TYPE_CHECKING:
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
 Linear = Callable[[torch.Tensor], torch.Tensor]
 
@@ -41,8 +44,9 @@ def _linear(mod: nn.Module) -> Linear | None:
         return None
     if type(mod) is not LoraLinear or mod._forward_hooks or mod._forward_pre_hooks:
         return None
-    base = _plain(mod.base_layer)
-    if base is None or mod.merged:
+    base_layer = mod.base_layer
+    base = _plain(base_layer)
+    if base is None or mod.merged or type(base_layer) is not nn.Linear:
         return None
     if mod.disable_adapters:
         return base
@@ -52,10 +56,9 @@ def _linear(mod: nn.Module) -> Linear | None:
             continue
         a, b = _plain(mod.lora_A[name]), _plain(mod.lora_B[name])
         if (a is None or b is None or name in mod.lora_variant or type(mod.lora_dropout[name]) is not nn.Identity
-                or mod.lora_A[name].weight.dtype != mod.base_layer.weight.dtype):
+                or mod.lora_A[name].weight.dtype != base_layer.weight.dtype):
             return None
-        adapters.append((a, b, _constant(mod.scaling[name], mod.base_layer.weight.dtype,
-                                           mod.base_layer.weight.device)))
+        adapters.append((a, b, _constant(mod.scaling[name], base_layer.weight.dtype, base_layer.weight.device)))
     if not adapters:
         return base
 
@@ -96,7 +99,7 @@ def _rms(x: torch.Tensor, norm: tuple[torch.Tensor, torch.Tensor]) -> torch.Tens
     return weight * h.to(dtype)
 
 
-def _norm(mod: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+def _norm(mod: LlamaRMSNorm) -> tuple[torch.Tensor, torch.Tensor]:
     """An RMSNorm's weight and ε, ε as the float32 0-dim tensor its forward adds."""
     return mod.weight, _constant(mod.variance_epsilon, torch.float32, mod.weight.device)
 
@@ -230,10 +233,12 @@ class Lean:
                 return None
             fns = [_linear(m) for m in (att.q_proj, att.k_proj, att.v_proj, att.o_proj,
                                         mlp.gate_proj, mlp.up_proj, mlp.down_proj)]
-            if any(f is None for f in fns):
+            linears = [f for f in fns if f is not None]
+            if len(linears) != len(fns):
                 return None
-            layers.append(_Layer(_norm(layer.input_layernorm), *fns[:4], _norm(layer.post_attention_layernorm),
-                                 *fns[4:]))
+            q, k, v, o, gate, up, down = linears
+            layers.append(_Layer(_norm(layer.input_layernorm), q, k, v, o, _norm(layer.post_attention_layernorm),
+                                 gate, up, down))
         head = _linear(base.lm_head)
         if head is None or not _plain_module(inner.norm, ml.LlamaRMSNorm):
             return None
@@ -262,9 +267,10 @@ class Lean:
         if chunks is None:
             out = self._layers(hidden, mask, cos, sin, cache, past, logits_to_keep)
         else:
-            def rows(t: torch.Tensor | None, a: int, b: int) -> torch.Tensor | None:
-                return t if t is None or t.shape[0] == 1 else t[a:b]     # a batch of one broadcasts
-            out = torch.cat([self._layers(hidden[a:b], rows(mask, a, b), rows(cos, a, b), rows(sin, a, b),
+            def rows(t: torch.Tensor, a: int, b: int) -> torch.Tensor:
+                return t if t.shape[0] == 1 else t[a:b]     # a batch of one broadcasts
+            out = torch.cat([self._layers(hidden[a:b], None if mask is None else rows(mask, a, b),
+                                          rows(cos, a, b), rows(sin, a, b),
                                           cache.rows(a, b, batch) if cache is not None else None, past,
                                           logits_to_keep) for a, b in chunks])
         if cache is not None:
@@ -278,7 +284,7 @@ class Lean:
                            emb.scale_grad_by_freq, emb.sparse)
 
     def _layers(self, hidden: torch.Tensor, mask: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
-                cache: "Cache | None", past: int, logits_to_keep: int) -> torch.Tensor:
+                cache: "Cache | _CacheRows | None", past: int, logits_to_keep: int) -> torch.Tensor:
         """The decoder layers, the final norm and the head over ``hidden`` [rows, q, d]."""
         batch, q_len = hidden.shape[:2]
         half = self.head_dim // 2
@@ -317,7 +323,7 @@ class Lean:
                 padding = F.pad(padding, (0, extra))
         if (q_len == 1 or kv_len == q_len) and (padding is None or bool(padding.all())):
             return None
-        if q_len == 1:      # a decode step: its query sees every key before it, so causal & padding is padding
+        if q_len == 1 and padding is not None:      # a decode step: its query sees every key before it, so causal & padding is padding
             return padding[:, None, None, :]
         if past == 0 and (padding is None or (bool(padding[:, :q_len].all()) and bool((~padding[:, q_len:]).all()))):
             return None

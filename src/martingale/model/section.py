@@ -8,8 +8,9 @@ import dataclasses
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
+from ..core.jsonvalue import Json
 from ..core.registry import epoch
 from ..core.settings import (
     COUNT,
@@ -110,7 +111,7 @@ class ModelSection(ModelConfig):
     threads: Optional[int] = None
 
 
-ModelLike = ModelConfig | Mapping[str, Any] | None   # a model section typed, or its keys (None: the defaults)
+ModelLike = ModelConfig | Mapping[str, Json] | None   # a model section typed, or its keys (None: the defaults)
 
 
 @functools.lru_cache(maxsize=4)

@@ -21,16 +21,21 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Optional, cast
 
 import torch
+from torch import nn
 
+from ..core.jsonvalue import JsonObject
 from .backend import chat_by_template, implements
 from .generate import Batch, batch_from_ids
 from .hf import HFBackend
 from .load import model_dir
 from .section import ModelLike, model_section
 from .vllm_server import Server, _stage_error
+
+if TYPE_CHECKING:
+    from peft import PeftModel
 
 SEED_STRIDE = 100_003   # request i of a batch sampled with seed s uses seed s·100003 + i
 
@@ -55,7 +60,7 @@ class VLLMBackend:
         self.base_reads = {} if base_reads is None else base_reads   # _base_greedy's, one per server
 
     @property
-    def model(self) -> Any:
+    def model(self) -> nn.Module:
         return self.local.model
 
     @classmethod
@@ -70,7 +75,7 @@ class VLLMBackend:
             server = Server.start(path, m)
         return cls(server, local, m)
 
-    def with_model(self, model: Any) -> "VLLMBackend":
+    def with_model(self, model: nn.Module) -> "VLLMBackend":
         """The same server, log-probs from ``model`` (a peft policy on this backend's weights)."""
         return type(self)(self.server, HFBackend(model, self.tokenizer, self.local.batch_size), self.cfg,
                           self.base_reads)
@@ -82,7 +87,7 @@ class VLLMBackend:
     def _ids(self, texts: list[str]) -> list[list[int]]:
         return [list(x) for x in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
-    def _completion_ids(self, choice: dict[str, Any]) -> list[int]:
+    def _completion_ids(self, choice: JsonObject) -> list[int]:
         """The completion's token ids, ending in eos when it stopped there (as HF's do)."""
         ids = list(choice.get("token_ids") or [])
         eos = self.tokenizer.eos_token_id
@@ -111,7 +116,7 @@ class VLLMBackend:
 
     def greedy_next(self, texts: list[str], max_new_tokens: int = 1) -> list[str]:
         _, choices = self._generate(texts, max_new_tokens, 0.0, None)
-        return [self.tokenizer.decode(self._completion_ids(c), skip_special_tokens=True) for c in choices]
+        return [cast(str, self.tokenizer.decode(self._completion_ids(c), skip_special_tokens=True)) for c in choices]
 
     def next_token_logprobs(self, texts: list[str], top: int) -> list[dict[int, float]]:
         """The server's top ``top`` next tokens after each text (one greedy token, its top
@@ -142,13 +147,15 @@ class VLLMBackend:
                                                    "load_inplace": True})
         self.served = name
 
-    def serve_adapter(self, model: Any, folder: Path, probes: list[str], step: int | None = None) -> None:
+    def serve_adapter(self, model: PeftModel, folder: Optional[Path], probes: list[str], step: int | None = None) -> None:
         """Serve the LoRA policy ``model`` being trained: save its adapter to ``folder``, (re)load
         it in the server as ``policy``, and check the server applies it; after optimizer step
         ``step``, only every ``vllm.reload_every`` steps (None: now)."""
         if step is not None and (step + 1) % self.cfg.vllm.reload_every != 0:
             return
-        model.save_pretrained(folder)
+        if folder is None:
+            raise _stage_error("a served LoRA policy is saved to an adapter folder: none was given")
+        model.save_pretrained(str(folder))
         self.load_adapter("policy", folder)
         self.check_adapter_applied("policy", probes)
 
@@ -170,11 +177,11 @@ class VLLMBackend:
             self.base_reads[key] = self._greedy_logprobs(texts, self.base_name, tokens)
         return self.base_reads[key]
 
-    def verify(self, probes: list[str], tokens: int = 8) -> dict[str, Any]:
+    def verify(self, probes: list[str], tokens: int = 8) -> JsonObject:
         """Backend parity on ``probes``: greedy tokens equal to HF's and log-probs within
         parity_tol. Where the two pick different tokens, that is a tie only if HF scores the
         server's token within parity_tol of its own (bf16 kernels break near-ties differently);
-        the probe is compared up to there. Any other difference fails the stage."""
+        the probe is compared up to there. Every other difference fails the stage."""
 
         if not probes:
             raise _stage_error("backend parity: no probe prompts, the check cannot run")

@@ -23,13 +23,14 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 import psutil
 import requests
 
 from ..core.errors import StageError
+from ..core.jsonvalue import Json, JsonObject
 from ..core.threads import THREAD_VARS
 from ..store.provenance import record_server_at
 from .load import placement
@@ -259,7 +260,7 @@ class Server:
         raise _stage_error(f"vLLM server at {self.url} not ready after {timeout:.0f} s "
                            f"(model.vllm.startup_timeout_s); log: {self.log_tail()}")
 
-    def post(self, path: str, body: dict[str, Any]) -> Any:
+    def post(self, path: str, body: JsonObject) -> Json:
         """POST with retries; a dead server or a refused request fails with its reason."""
         last = ""
         for attempt in range(self.retries + 1):
@@ -279,7 +280,7 @@ class Server:
         self.check_alive()
         raise _stage_error(f"vLLM {path}: failed after {self.retries + 1} tries: {last}")
 
-    def complete(self, bodies: list[dict[str, Any]], concurrency: int | None = None) -> list[dict[str, Any]]:
+    def complete(self, bodies: list[JsonObject], concurrency: int | None = None) -> list[JsonObject]:
         """One ``/v1/completions`` request per body, ``concurrency`` (default ``vllm.concurrency``)
         in flight; the first choice of each."""
         with ThreadPoolExecutor(max_workers=max(1, concurrency or self.concurrency)) as pool:

@@ -26,8 +26,9 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Callable, Iterable, Optional
 
+from ..core.jsonvalue import JsonObject
 from ..core.typed import section_of
 from ..model.section import model_section
 from ..stages import kinds
@@ -271,12 +272,12 @@ def redraw_hours(plan: Plan, runs: Iterable[str], root: Path | str) -> float:
 
 
 # ------------------------------------------------------------------ budget
-def base_budget(plan: Plan) -> dict[str, Any]:
+def base_budget(plan: Plan) -> JsonObject:
     """``budget`` of conf/config.yaml as composed (no run's knobs): {gpu_hours, cpu_hours}."""
     return dict(plan.tree.composer.compose([]).get("budget") or {})
 
 
-def overridden(config: dict[str, Any]) -> bool:
+def overridden(config: JsonObject) -> bool:
     """``snakemake --config allow_over_budget=1`` (or true / yes)."""
     return str(config.get(OVERRIDE, "")).strip().lower() in ("1", "true", "yes", "y", "on")
 
@@ -286,7 +287,7 @@ def hours(x: float) -> str:
     return f"{x:.0f}" if x >= 10 else f"{x:.1f}" if x >= 1 else f"{x:.2g}"
 
 
-def over_budget(est: Estimate, budget: dict[str, Any]) -> Optional[str]:
+def over_budget(est: Estimate, budget: JsonObject) -> Optional[str]:
     """The one-line refusal when the estimate exceeds a cap of ``budget``, else None."""
     parts, keys = [], []
     for key, label in BUDGET_KEYS:

@@ -15,11 +15,12 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 from ..config import sections as core
 from ..config.schema import declared_sections, run_config
 from ..config.sections import ModelConfig, RunConfig, StageConfig
+from ..core.jsonvalue import Json, JsonObject
 from ..core.settings import identity
 from ..rewards import reward_settings, rewards
 from ..stages import StageKind, uses_key
@@ -39,7 +40,7 @@ def stage_id(kind: str, cfg: Mapping[str, object], inputs: Mapping[str, str]) ->
     return f"{kind}-{sha256_json({'kind': kind, 'slice': cfg, 'upstream': inputs})[:12]}"
 
 
-def as_json(value: object) -> Any:
+def as_json(value: object) -> Json:
     """A typed section as the JSON the composed config holds (a setting's value as it is)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
@@ -68,7 +69,7 @@ CORE_SECTIONS: dict[str, type] = {"world": core.WorldConfig, "model": core.Model
                                   "eval": core.EvalConfig, "prompts": core.PromptsConfig}
 
 
-def _model_slice(model: ModelConfig, kind: Optional[StageKind]) -> dict[str, Any]:
+def _model_slice(model: ModelConfig, kind: Optional[StageKind]) -> JsonObject:
     """The model as its settings declare it enters an id (settings.identity: where and how it is served,
     the batch sizes only where set), a backend's section only where the stage generates with that
     backend (backend_sections), and a training kind's thread count."""
@@ -81,7 +82,7 @@ def _model_slice(model: ModelConfig, kind: Optional[StageKind]) -> dict[str, Any
     return out
 
 
-def step_config(stage: StageConfig) -> dict[str, Any]:
+def step_config(stage: StageConfig) -> JsonObject:
     """A step's own config (``stages.<s>``) without the keys other rewards bring (reward_settings):
     a reward's new key is in a stage's id only where that stage's reward declares it."""
     reward = rewards().get(stage.reward) if stage.reward is not None else None
@@ -89,7 +90,7 @@ def step_config(stage: StageConfig) -> dict[str, Any]:
     return {k: v for k, v in as_json(stage).items() if k not in others}
 
 
-def section_identity(key: str, value: object, kind: Optional[StageKind]) -> Any:
+def section_identity(key: str, value: object, kind: Optional[StageKind]) -> Json:
     """A top-level section (typed) as a stage of ``kind`` (None: the run) hashes it."""
     if key == "model":
         assert isinstance(value, ModelConfig), key
@@ -113,7 +114,7 @@ def reader_section(run: RunConfig) -> Optional[str]:
     return next((d.path for d in declared_sections() if d.by == "reader" and d.name == run.elicit.judge), None)
 
 
-def stage_slice(kind: StageKind, cfg: Resolved, step: Optional[str] = None, seed: Optional[int] = None) -> dict[str, Any]:
+def stage_slice(kind: StageKind, cfg: Resolved, step: Optional[str] = None, seed: Optional[int] = None) -> JsonObject:
     """The config a stage of this kind sees (and its id hashes): the kind's keys, each section as its
     settings declare they enter an id (section_identity; its own section is one of them), the
     section of the reader it reads beliefs with (a kind that reads ``elicit``), the step's own
@@ -154,7 +155,7 @@ def unused_sections(run: RunConfig) -> list[str]:
     return out
 
 
-def run_identity(cfg: Resolved) -> dict[str, Any]:
+def run_identity(cfg: Resolved) -> JsonObject:
     """A resolved config without the keys that say nothing about the run (NOT_RUN_IDENTITY), nor
     what it does not use — the sections extensions declare (``simulate`` where it plays no episode,
     ``instructor`` where it trains none: unused_sections; a backend's section off that backend), a

@@ -14,15 +14,19 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Iterable, Mapping, Optional
 from urllib.parse import urlparse
 
 from ..beliefs.api_judge import JudgeConfig
+from ..core.jsonvalue import Json
 from ..core.typed import section_of, typed
 from ..episodes.roles import role_model
 from ..episodes.section import simulate_section
 from ..model.api_client import ApiModelConfig
-from ..model.section import model_section
+from ..model.section import ModelLike, model_section
+
+if TYPE_CHECKING:
+    from ..stages import StageKind
 
 LOOPBACK = ("localhost", "127.0.0.1", "::1")   # an endpoint on this machine: the user's own server, keyless allowed
 ROLES = ("human", "instructor")                 # a two-agent episode's roles (simulate.<role>_model)
@@ -76,7 +80,7 @@ def _endpoint_needs(api: ApiModelConfig | JudgeConfig) -> list[Need]:
     return [Need("api_key", str(api.api_key_env))]
 
 
-def _model_needs(model: Any, serves: bool) -> list[Need]:
+def _model_needs(model: ModelLike, serves: bool) -> list[Need]:
     """A model config's serving needs: vLLM's environment, or the api endpoint's key."""
     model = model_section(model)
     if serves and model.backend == "vllm":
@@ -86,7 +90,7 @@ def _model_needs(model: Any, serves: bool) -> list[Need]:
     return []
 
 
-def stage_needs(kind: Any, cfg: Mapping[str, Any], resources: Mapping[str, Any]) -> set[Need]:
+def stage_needs(kind: StageKind, cfg: Mapping[str, Json], resources: Mapping[str, Json]) -> set[Need]:
     """What one stage needs, from its kind, its config slice and its Snakemake resources."""
     out: set[Need] = set()
     model = model_section(section_of(cfg, "model"))

@@ -17,12 +17,13 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 from ..config.checks import QUESTIONS_CHECKED
 from ..config.digest import code_and_versions, conf_files, env_digest, tree_digest
 from ..config.runs import RunTree
 from ..config.sections import RunConfig
+from ..core.jsonvalue import JsonObject
 from ..stages import StageKind, kinds
 from ..store import STORE, read_index, stage_dir
 from ..store.files import canonical_json, read_pickle, write_pickle, write_text_if_changed
@@ -36,9 +37,9 @@ class Stage:
     """A planned stage: its kind, id, config slice (what its id hashes), input stage ids and resources."""
     kind: str
     id: str
-    cfg: dict[str, Any]                # the slice passed to the stage body (and hashed)
+    cfg: JsonObject                # the slice passed to the stage body (and hashed)
     inputs: dict[str, str]             # role (base_model, start_model, judge_model, human_model, model) -> stage id
-    resources: dict[str, Any] = field(default_factory=dict, compare=False)
+    resources: JsonObject = field(default_factory=dict, compare=False)
 
 
 class RunStage(NamedTuple):
@@ -72,11 +73,11 @@ class Plan:
         self._chains: dict[str, list[str]] = {}
         self._natural: dict[str, dict[int, str]] = {}   # run id -> seed -> the natural model's eval
         self._labels: dict[str, str] = {}      # stage id -> its role, e.g. "train-s1", "eval-s0"
-        self._runs_info: dict[str, dict[str, Any]] = {}  # run id -> model, start, stage chain, seeds, hash
+        self._runs_info: dict[str, JsonObject] = {}  # run id -> model, start, stage chain, seeds, hash
         self._chain_lengths: Optional[dict[str, int]] = None
         self._priorities: Optional[dict[str, int]] = None
-        self._kind_resources: Optional[dict[str, dict[str, Any]]] = None
-        self._identity: dict[str, dict[str, Any]] = {}   # run id -> run_identity of its config (the aggregate's param)
+        self._kind_resources: Optional[dict[str, JsonObject]] = None
+        self._identity: dict[str, JsonObject] = {}   # run id -> run_identity of its config (the aggregate's param)
         self._stage_needs: dict[str, set[Need]] = {}   # stage id -> its needs, found once (a stage is in many chains)
         for run_id in tree.ids():
             self._plan_run(run_id)
@@ -227,7 +228,7 @@ class Plan:
                                 for sid, st in self.stages.items()}
         return self._priorities
 
-    def kind_resources(self, kind: str) -> dict[str, Any]:
+    def kind_resources(self, kind: str) -> JsonObject:
         """The resources every stage of this kind asks for alike (key → value; ``None``: no stage
         has that resource). A key whose value differs between the kind's stages is absent: the
         rule looks it up per job. Constants spare Snakemake a function call per job and key.
@@ -254,11 +255,11 @@ class Plan:
         """The run's resolved config, typed (shared: never modified)."""
         return self.tree.resolved(run_id)
 
-    def resolved_config(self, run_id: str) -> dict[str, Any]:
+    def resolved_config(self, run_id: str) -> JsonObject:
         """The run's resolved config as its JSON (a copy: safe to modify)."""
         return self.tree.resolved_config(run_id)
 
-    def run_identity(self, run_id: str) -> dict[str, Any]:
+    def run_identity(self, run_id: str) -> JsonObject:
         """run_identity of the run's resolved config, computed once."""
         if run_id not in self._identity:
             self._identity[run_id] = run_identity(self.tree.resolved(run_id))
@@ -293,7 +294,7 @@ class Plan:
                 owners.setdefault(sid, run_id)
         return owners
 
-    def index(self) -> dict[str, Any]:
+    def index(self) -> JsonObject:
         """What readers outside the parse need, without composing configs again: per run its
         stage ids (``chain``), model, start, stage chain, seeds, config hash and lineage group;
         per stage its owner run and role. ``conf_hash`` says which conf/ tree it was made from (the
@@ -304,7 +305,7 @@ class Plan:
         stages = {sid: {"owner": owners[sid], "job_type": self._labels[sid]} for sid in sorted(self.stages)}
         return {"conf_hash": self.conf_digest, "runs": runs, "stages": stages}
 
-    def write_index(self, path: Path | str | None = None) -> dict[str, Any]:
+    def write_index(self, path: Path | str | None = None) -> JsonObject:
         """Write ``results/_store/index.json`` (only when its content changed); returns the index."""
         path = Path(path) if path is not None else self.root / STORE / "index.json"
         index = self.index()
@@ -335,7 +336,7 @@ def conf_hash(conf_dir: Path | str) -> str:
     return tree_digest(conf_files(Path(conf_dir)))
 
 
-def current_index(root: Path | str) -> dict[str, Any]:
+def current_index(root: Path | str) -> JsonObject:
     """The index for conf/ as it is now: the stored one if its conf_hash matches, else computed in
     memory (composing every run). Reading never writes: the Snakefile's onstart is the one writer
     of index.json."""

@@ -2,15 +2,16 @@
 from ``model.resources`` (never in a stage's id, except a training kind's thread count)."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
-from ..model.section import Resources, model_section
+from ..core.jsonvalue import JsonObject
+from ..model.section import ModelLike, Resources, model_section
 from ..model.serving import tensor_parallel_size
 from ..stages import StageKind
 from ..training import ranks_of
 
 
-def compute_threads(model: Any, kind: StageKind) -> Optional[int]:
+def compute_threads(model: ModelLike, kind: StageKind) -> Optional[int]:
     """The torch threads a training kind computes with on a CPU model (``resources.cpus``), part of
     what it computes: its gradient's sums are split by thread. None: any count gives the same bytes
     (a kind that only reads the model, measured for evaluate) or the model is on GPUs."""
@@ -30,7 +31,7 @@ def kind_cpus(resources: Resources, kind: str) -> int:
 RESOURCE_KEYS = ("threads", "mem_mb", "runtime", "gpu", "gpu_model", "device", "nodes")   # what _resources may set
 
 
-def _resources(model: Any, kind: Optional[StageKind] = None) -> dict[str, Any]:
+def _resources(model: ModelLike, kind: Optional[StageKind] = None) -> JsonObject:
     """What a stage on this model asks a scheduler for, as Snakemake resources: ``threads``,
     ``mem_mb``, ``runtime`` (minutes) always; ``gpu`` (count) and ``gpu_model`` only when the model
     needs GPUs (``gpus`` > 0), so a CPU stage carries no GPU resource at all. ``gpu``/``gpu_model``
@@ -47,7 +48,7 @@ def _resources(model: Any, kind: Optional[StageKind] = None) -> dict[str, Any]:
     if kind is not None and kind.ranked:
         ranks, _, nodes = ranks_of(m)
         per_node = ranks // nodes
-    out: dict[str, Any] = {
+    out: JsonObject = {
         "device": str(m.device),
         "threads": kind_cpus(r, kind.name if kind is not None else "") * per_node,
         "mem_mb": int(r.mem_mb) * per_node,

@@ -15,12 +15,15 @@ families at parse time (numpy, never scipy or torch).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping, cast
 
 import numpy as np
+from numpy.typing import ArrayLike
 
+from ..core.jsonvalue import Json
 from ..core.registry import Registry, epoch
 from ..core.typed import fields_of
 
@@ -37,24 +40,24 @@ class Reward:
     fn: Callable[..., np.ndarray]
     needs: tuple[str, ...]
     params: tuple[str, ...]
-    settings: Mapping[str, Any] = field(default_factory=dict)
+    settings: Mapping[str, dataclasses.Field[Json]] = field(default_factory=dict)
 
     @property
     def episodic(self) -> bool:
         """Reads an episode's trajectory: only an instructor stage can score it."""
         return any(k in EPISODE_INPUTS for k in self.needs)
 
-    def bind(self, stage_cfg: Any) -> Callable[..., np.ndarray]:
+    def bind(self, stage_cfg: object) -> Callable[..., np.ndarray]:
         """The reward as a function of a batch (``score(prior=…, posterior=…, stated=…, y=…)``),
         its parameters taken from the stage config (typed, or its keys); NaN wherever a needed
         input is NaN."""
-        stage_cfg = fields_of(stage_cfg)
-        missing = [p for p in self.params if p not in stage_cfg]
+        values = fields_of(stage_cfg)
+        missing = [p for p in self.params if p not in values]
         if missing:
             raise ValueError(f"reward {self.name}: stage config has no {', '.join(missing)}")
-        kwargs = {p: stage_cfg[p] for p in self.params}
+        kwargs = {p: values[p] for p in self.params}
 
-        def score(**batch: Any) -> np.ndarray:
+        def score(**batch: ArrayLike) -> np.ndarray:
             absent = [k for k in self.needs if k not in batch]
             if absent:
                 raise TypeError(f"reward {self.name}: batch has no {', '.join(absent)}")
@@ -66,7 +69,7 @@ class Reward:
         return score
 
 
-REWARDS: Registry = Registry("reward")
+REWARDS: Registry[Reward] = Registry("reward")
 # the modules of this package that declare no reward (tests/test_imports.py checks)
 HELPERS = ("fit",)
 
@@ -76,7 +79,7 @@ def rewards() -> dict[str, Reward]:
     return REWARDS.discover(__name__, __path__, HELPERS)
 
 
-def reward(name: str, needs: tuple[str, ...], params: tuple[str, ...] | Mapping[str, Any] = ()):
+def reward(name: str, needs: tuple[str, ...], params: tuple[str, ...] | Mapping[str, object] = ()):
     """Register the decorated batch function as reward ``name`` (see the module docstring).
     ``params``: the config keys bound as its keyword arguments, each a key the stage config has
     already (a name), or a new key of the stage config declared here with its default and domain
@@ -84,7 +87,7 @@ def reward(name: str, needs: tuple[str, ...], params: tuple[str, ...] | Mapping[
     unknown = [k for k in needs if k not in INPUTS]
     if not needs or unknown:
         raise ValueError(f"reward {name}: needs must be some of {', '.join(INPUTS)}, got {needs}")
-    settings = dict(params) if isinstance(params, Mapping) else {}
+    settings = {k: cast("dataclasses.Field[Json]", f) for k, f in params.items()} if isinstance(params, Mapping) else {}
 
     def register(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
         REWARDS.add(name, Reward(name, fn, tuple(needs), tuple(params), settings))
@@ -92,7 +95,7 @@ def reward(name: str, needs: tuple[str, ...], params: tuple[str, ...] | Mapping[
     return register
 
 
-def reward_settings() -> dict[str, tuple[str, Any]]:
+def reward_settings() -> dict[str, tuple[str, dataclasses.Field[Json]]]:
     """Every key a reward brings to the stage config: key → (the reward, its ``setting`` field).
     Two rewards declaring one key is an error naming both."""
     rewards()
@@ -100,8 +103,8 @@ def reward_settings() -> dict[str, tuple[str, Any]]:
 
 
 @functools.lru_cache(maxsize=4)
-def _reward_settings(registries: int) -> dict[str, tuple[str, Any]]:
-    out: dict[str, tuple[str, Any]] = {}
+def _reward_settings(registries: int) -> dict[str, tuple[str, dataclasses.Field[Json]]]:
+    out: dict[str, tuple[str, dataclasses.Field[Json]]] = {}
     for r in rewards().values():
         for key, f in r.settings.items():
             if key in out:
@@ -110,7 +113,7 @@ def _reward_settings(registries: int) -> dict[str, tuple[str, Any]]:
     return out
 
 
-def bind(name: str, stage_cfg: Any) -> Callable[..., np.ndarray]:
+def bind(name: str, stage_cfg: object) -> Callable[..., np.ndarray]:
     """Reward ``name`` bound to a stage config: a function of the batch (see ``Reward.bind``)."""
     if name not in rewards():
         raise ValueError(f"stages.*.reward: unknown reward {name!r} (known: {', '.join(REWARDS)})")

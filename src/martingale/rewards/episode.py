@@ -20,7 +20,7 @@ def episode_ms(prior, posterior, *, lam_ms: float, meta_size: int, **_) -> np.nd
     out = np.zeros_like(prior, dtype=float)
     for start in range(0, len(prior), int(meta_size)):
         chunk = slice(start, start + int(meta_size))
-        _, slope = batch_line(prior[chunk] - 0.5, posterior[chunk] - prior[chunk])
+        slope = batch_line(prior[chunk] - 0.5, posterior[chunk] - prior[chunk])[1]
         out[chunk] = -lam_ms * abs(slope)
     return out
 

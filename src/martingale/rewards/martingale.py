@@ -31,7 +31,7 @@ def martingale_A_slope(prior, posterior, *, info_coef: float, info_eps: float, *
     update, the control that says how much of A's effect is its mean term (scripts/reward_trace.py).
     """
     delta = posterior - prior
-    _, b = batch_line(prior, delta)
+    b = batch_line(prior, delta)[1]
     ok = np.isfinite(prior)
     centred = prior - (prior[ok].mean() if ok.any() else 0.0)
     info = info_coef * np.maximum(0.0, info_eps - np.abs(delta))

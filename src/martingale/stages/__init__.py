@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Callable, Optional, TypedDict, TypeVar, Unpack
 
 from ..core.registry import Registry
 from ..core.settings import Section
@@ -31,6 +31,10 @@ PLACES = ("source", "start", "step", "measure")
 HELPERS = ("body", "section")
 
 
+Body = Callable[..., object]     # a stage body's ``run(cfg, <roles>=folder, out_dir=folder)``
+B = TypeVar("B", bound=Body)
+
+
 @dataclass(frozen=True)
 class StageKind:
     """A stage kind's declaration: what the plan, the rules and ``needs`` read. Its body is a module
@@ -39,7 +43,7 @@ class StageKind:
     place: str
     keys: tuple[str, ...]
     inputs: tuple[str, ...]
-    body: str | Callable[..., Any]                  # the body's module (its ``run``), or a one-file kind's run
+    body: str | Body                                # the body's module (its ``run``), or a one-file kind's run
     when: Optional[Callable[[RunView], bool]] = None   # source/start: does this run need the kind
     per_seed: bool = False
     local: bool = False                             # runs on the submitting host, never as a job
@@ -49,21 +53,21 @@ class StageKind:
     section: Optional[Section] = None               # its own config section (in its keys, in a run's identity where it runs)
     ranked: bool = False                            # takes its steps on model.distributed.ranks processes (training/ranks.py)
 
-    def run(self, *args: Any, **kwargs: Any) -> Any:
+    def run(self, *args: object, **kwargs: object) -> object:
         """The body: ``run(cfg, <roles>=folder, out_dir=folder)`` of its module, imported now (that
         each built-in kind's module is there with that ``run`` is tests/test_imports.py's check)."""
         body = self.body if callable(self.body) else importlib.import_module(self.body).run
         return body(*args, **kwargs)
 
 
-_KINDS: Registry = Registry("stage kind")
+_KINDS: Registry[StageKind] = Registry("stage kind")
 
 
 def declare(name: str, place: str, keys: tuple[str, ...], inputs: tuple[str, ...] = (),
             when: Optional[Callable[[RunView], bool]] = None, per_seed: bool = False,
             local: bool = False, serves: bool = False, questions: bool = True,
             trains: bool = False, section: Optional[Section] = None,
-            body: str | Callable[..., Any] | None = None, ranked: bool = False) -> StageKind:
+            body: str | Body | None = None, ranked: bool = False) -> StageKind:
     """Register stage kind ``name`` (see the module docstring); its body is
     ``martingale.stages.body.<name>`` unless given; its own ``section`` is one of its keys."""
     if place not in PLACES:
@@ -75,9 +79,22 @@ def declare(name: str, place: str, keys: tuple[str, ...], inputs: tuple[str, ...
     return _KINDS.add(name, kind)
 
 
-def stage_kind(name: str, place: str, keys: tuple[str, ...], **declared: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+class Declared(TypedDict, total=False):
+    """``declare``'s keyword arguments but the body (a one-file kind's ``stage_kind``)."""
+    inputs: tuple[str, ...]
+    when: Optional[Callable[[RunView], bool]]
+    per_seed: bool
+    local: bool
+    serves: bool
+    questions: bool
+    trains: bool
+    section: Optional[Section]
+    ranked: bool
+
+
+def stage_kind(name: str, place: str, keys: tuple[str, ...], **declared: Unpack[Declared]) -> Callable[[B], B]:
     """A kind in one file: register the decorated ``run`` as its body (``declare``'s arguments)."""
-    def register(run: Callable[..., Any]) -> Callable[..., Any]:
+    def register(run: B) -> B:
         declare(name, place, keys, body=run, **declared)
         return run
     return register

@@ -2,12 +2,11 @@
 progress lines, checkpoints a killed stage resumes from, the ranks they take their steps on.
 Imported by stage bodies (and, for ``ranks_of``, by the plan: this file imports only the model's
 section, no torch)."""
-from typing import Any
 
-from ..model.section import model_section
+from ..model.section import ModelLike, model_section
 
 
-def ranks_of(model: Any) -> tuple[int, str, int]:
+def ranks_of(model: ModelLike) -> tuple[int, str, int]:
     """(ranks, strategy, nodes) of a model section's ``distributed`` (typed, or its keys); its
     defaults, (1, "ddp", 1), where it has none (a stage's slice leaves it out at one rank)."""
     d = model_section(model).distributed

@@ -22,14 +22,21 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors.torch import load_file, save_file
+from torch import nn
 
+from ..core.jsonvalue import Json, JsonObject
 from ..store import files
 from ..store.manifest import problems
 from . import ranks
+
+if TYPE_CHECKING:
+    from torch.optim.optimizer import StateDict
+
+    from .policy import Policy
 
 log = logging.getLogger("martingale")
 
@@ -42,7 +49,7 @@ class Progress:
     """Where training stands: the next step, its epoch, the history rows so far."""
     step: int = 0
     epoch: int = 0
-    history: list[dict[str, Any]] = field(default_factory=list)
+    history: list[JsonObject] = field(default_factory=list)
 
 
 def folder(out_dir: Path | str) -> Path:
@@ -58,12 +65,12 @@ def fingerprint(cfg: object) -> str:
     return hashlib.sha256(files.canonical_json(whole).encode("utf-8")).hexdigest()
 
 
-def adapter(model) -> dict[str, Any]:
+def adapter(model: nn.Module) -> dict[str, torch.Tensor]:
     """The trainable (LoRA) parameters by name, in the model's order."""
     return {n: p for n, p in model.named_parameters() if p.requires_grad}
 
 
-def save(ckpt: Path, policy, cfg: object, progress: Progress, epoch_rng: Mapping[str, Any]) -> None:
+def save(ckpt: Path, policy, cfg: object, progress: Progress, epoch_rng: Mapping[str, Json]) -> None:
     """Write the checkpoint of ``progress`` (``epoch_rng``: the order RNG's state before this
     epoch's permutation), then remove the older ones. On ranks every rank calls it (the adapter and
     the optimizer state are gathered whole) and rank 0 writes."""
@@ -84,7 +91,7 @@ def save(ckpt: Path, policy, cfg: object, progress: Progress, epoch_rng: Mapping
     ranks.barrier()
 
 
-def trainer_state(policy) -> tuple[dict[str, Any], dict[str, Any]]:
+def trainer_state(policy: Policy) -> tuple[dict[str, torch.Tensor], StateDict]:
     """(the adapter's tensors, the optimizer's state) whole, on the CPU: on ranks gathered (every
     rank takes part), the optimizer's state keyed by parameter name."""
     if not ranks.current().many:
@@ -97,7 +104,7 @@ def trainer_state(policy) -> tuple[dict[str, Any], dict[str, Any]]:
             get_optimizer_state_dict(policy.model, policy.opt, options=whole))
 
 
-def resume(ckpt: Path, policy, cfg: Any, order_rng) -> Progress:
+def resume(ckpt: Path, policy, cfg: object, order_rng) -> Progress:
     """Load the newest checkpoint that verifies into ``policy`` and ``order_rng``; Progress() (start
     over) when there is none. One that does not verify is discarded with a log line. On ranks each
     reads the same files, so all reach the same verdict; rank 0 removes the discarded ones after."""
@@ -124,7 +131,7 @@ class _Unusable(Exception):
     """A checkpoint that cannot be resumed from (the message says why)."""
 
 
-def _load(one: Path, policy, cfg: Any, order_rng) -> Progress:
+def _load(one: Path, policy, cfg: object, order_rng) -> Progress:
     """One checkpoint folder into ``policy`` and ``order_rng``, or _Unusable; everything is read
     and checked (manifest, config, tensor names and shapes) before either is touched."""
     bad = problems(one)
@@ -152,7 +159,7 @@ def _load(one: Path, policy, cfg: Any, order_rng) -> Progress:
     return progress
 
 
-def _restore(policy, weights: dict[str, Any], optimizer: dict[str, Any]) -> None:
+def _restore(policy: Policy, weights: dict[str, torch.Tensor], optimizer: StateDict) -> None:
     """The adapter's tensors and the optimizer's state into the policy (on ranks: each its shard)."""
     if ranks.current().many:
         from torch.distributed.checkpoint.state_dict import (
@@ -162,7 +169,7 @@ def _restore(policy, weights: dict[str, Any], optimizer: dict[str, Any]) -> None
         )
 
         whole = StateDictOptions(full_state_dict=True, strict=False)
-        set_model_state_dict(policy.model, weights, options=whole)
+        set_model_state_dict(policy.model, {**weights}, options=whole)
         set_optimizer_state_dict(policy.model, policy.opt, optimizer, options=whole)
         return
     policy.opt.load_state_dict(optimizer)

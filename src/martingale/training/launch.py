@@ -10,12 +10,13 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Iterator, Mapping
 
 import numpy as np
 
 from ..core.errors import StageError
-from ..model.section import model_section
+from ..core.jsonvalue import JsonObject
+from ..model.section import ModelLike, model_section
 from ..model.serving import tensor_parallel_size
 from ..store import files
 from . import ranks_of
@@ -47,7 +48,7 @@ def _first_node(env: dict[str, str]) -> str:
     return out[0]
 
 
-def launch(kind: str, cfg: dict[str, Any], inputs: dict[str, Path], out_dir: Path, threads: int) -> None:
+def launch(kind: str, cfg: JsonObject, inputs: dict[str, Path], out_dir: Path, threads: int) -> None:
     """Run stage kind ``kind`` on the ranks its model config asks for, this job waiting on them:
     their log lines go to this job's log; a rank that fails fails the stage in one line naming it
     (torchrun stops the others: none is left waiting on a collective)."""
@@ -76,7 +77,7 @@ def launch(kind: str, cfg: dict[str, Any], inputs: dict[str, Path], out_dir: Pat
             raise StageError(failure(kind, ranks, Path(scratch), "".join(tail), code))
 
 
-def non_finite(obj: Any, path: str = "") -> Iterator[tuple[str, float]]:
+def non_finite(obj: object, path: str = "") -> Iterator[tuple[str, float]]:
     """(dotted key, value) of each NaN or infinite float in a config slice: what files.write_json
     would write as null, in what it walks."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):   # a typed section: its fields
@@ -91,7 +92,7 @@ def non_finite(obj: Any, path: str = "") -> Iterator[tuple[str, float]]:
         yield path, obj
 
 
-def server_devices(model: Any, per_node: int) -> dict[str, str]:
+def server_devices(model: ModelLike, per_node: int) -> dict[str, str]:
     """Where rank 0's vLLM server runs on a GPU model: the node's GPUs after its ranks' (one each),
     as many as its tensor parallel size ({MARTINGALE_SERVER_DEVICES: ...}; none on a CPU model)."""
     model = model_section(model)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
+
+from ..core.jsonvalue import JsonObject
 
 log = logging.getLogger("martingale")
 
@@ -39,7 +40,7 @@ PROGRESS_KEYS = (("reward", "reward"), ("kl", "kl"), ("loss", "loss"), ("parse_r
                  ("human_ms", "human_ms"), ("adapter_gap", "gap"), ("unreadable", "unreadable"))
 
 
-def report_step(name: str, unit: str, index: int, pace: Pace, row: dict[str, Any], tokens: int,
+def report_step(name: str, unit: str, index: int, pace: Pace, row: JsonObject, tokens: int,
                 seconds: float, live=None, tokens_label: str = "tok/s") -> None:
     """A step is done: one progress line in the job log (``unit`` k/N, the row's quantities,
     tokens/s, ETA) and the row with its timings to the stage's live wandb run. Timings go nowhere
@@ -56,7 +57,7 @@ def report_step(name: str, unit: str, index: int, pace: Pace, row: dict[str, Any
                   "perf/step_seconds": seconds, "perf/eta_seconds": eta}, step=index)
 
 
-def step_row(loss, kl, rew: np.ndarray, stated: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+def step_row(loss, kl, rew: np.ndarray, stated: np.ndarray, y: np.ndarray) -> JsonObject:
     """A step's history row: loss, KL, mean reward, parse rate and Brier of the stated P."""
     return {"loss": round(float(loss.detach()), 6), "kl": round(float(kl), 6),
             "reward": round(float(np.nanmean(rew)), 6) if np.isfinite(rew).any() else None,

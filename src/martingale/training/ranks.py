@@ -14,15 +14,18 @@ plain ``python``) fails in one line: every rank checks the world size it was sta
 from __future__ import annotations
 
 import os
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Iterable, TypeVar
 
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch import nn
 
 from ..core.errors import StageError
+
+M = TypeVar("M", bound=nn.Module)
 
 COLLECTIVE_TIMEOUT_S = 600    # a collective that waits longer (a peer hung, not dead) fails the rank
 
@@ -82,7 +85,7 @@ def leave() -> None:
         dist.destroy_process_group()
 
 
-def distribute(model: Any) -> tuple[Any, Any]:
+def distribute(model: M) -> tuple[M, nn.Module]:
     """Wrap a LoRA policy's model for its ranks: (the model sampling and reference forwards use,
     the module the loss's forward goes through). One rank: the model twice. ``ddp``: the model and
     its DistributedDataParallel wrapper. ``fsdp``: the model sharded in place (fully_shard on each
@@ -97,7 +100,8 @@ def distribute(model: Any) -> tuple[Any, Any]:
         return model, DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     from torch.distributed.fsdp import fully_shard
 
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    get_base = getattr(model, "get_base_model", None)     # a peft model: its causal LM
+    base = get_base() if get_base is not None else model
     layers = set(getattr(base, "_no_split_modules", None) or ())
     for module in base.modules():
         if type(module).__name__ in layers:
@@ -117,9 +121,10 @@ def my_rows(n: int, per_chunk: int) -> list[list[int]]:
     return [part.tolist() for part in np.array_split(block[r.rank], chunks)]
 
 
-def no_sync(loss_model: Any, last: bool) -> Any:
+def no_sync(loss_model: nn.Module | None, last: bool) -> AbstractContextManager[object]:
     """DDP reduces gradients in a backward; a step's chunks but its last accumulate locally."""
-    return loss_model.no_sync() if hasattr(loss_model, "no_sync") and not last else nullcontext()
+    sync_off = getattr(loss_model, "no_sync", None)
+    return sync_off() if sync_off is not None and not last else nullcontext()
 
 
 def reduce(value: torch.Tensor | float, op: str = "sum") -> torch.Tensor:

@@ -10,21 +10,25 @@ from __future__ import annotations
 import dataclasses
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Optional, TypeVar, cast
 
 import torch.distributed as dist
+from torch import nn
 
 from ..core.errors import StageError
+from ..core.jsonvalue import JsonObject
 from ..model.backend import open_model, open_models
-from ..model.section import ModelLike, model_section
+from ..model.section import ModelLike, ModelSection, model_section
 from . import checkpoint, ranks
+
+R = TypeVar("R")
 
 SERVED = ("vllm", "api")
 
 
-def _from_writer(compute: Callable[[], Any]) -> Any:
+def _from_writer(compute: Callable[[], R]) -> R:
     """``compute()`` on rank 0, its result (or its error, raised again) on every rank."""
-    payload: list[Any] = [None]
+    payload: list[tuple[str, object] | None] = [None]
     if ranks.current().writer:
         try:
             payload = [("ok", compute())]
@@ -33,10 +37,12 @@ def _from_writer(compute: Callable[[], Any]) -> Any:
         except Exception as e:     # noqa: BLE001 - every rank stops with rank 0's line
             payload = [("error", f"rank 0: {type(e).__name__}: {e}")]
     dist.broadcast_object_list(payload, src=0)
-    kind, value = payload[0]
+    got = payload[0]
+    assert got is not None, "rank 0 broadcasts its result"
+    kind, value = got
     if kind == "error":
-        raise StageError(value)
-    return value
+        raise StageError(str(value))
+    return cast(R, value)
 
 
 class Shared:
@@ -51,7 +57,7 @@ class Shared:
     def model(self) -> Any:
         return (self.served if self.served is not None else self.local).model
 
-    def with_model(self, model: Any) -> "Shared":
+    def with_model(self, model: nn.Module) -> "Shared":
         served = self.served.with_model(model) if self.served is not None else None
         local = self.local.with_model(model) if self.local is not None else None
         return Shared(served, local, self.cfg)
@@ -72,10 +78,10 @@ class Shared:
         return (self.served if self.served is not None else self.local).token_logprobs(batch, temperature,
                                                                                        completion_only)
 
-    def verify(self, probes: list[str]) -> dict[str, Any]:
+    def verify(self, probes: list[str]) -> JsonObject:
         return _from_writer(lambda: self.served.verify(probes))
 
-    def serve_adapter(self, model: Any, folder: Path, probes: list[str], step: int | None = None) -> None:
+    def serve_adapter(self, model: Any, folder: Optional[Path], probes: list[str], step: int | None = None) -> None:
         """Rank 0 serves the policy's adapter (whole: gathered under FSDP, every rank taking part)
         and checks it applied, as often as ``vllm.reload_every`` says."""
         every = model_section(self.cfg).vllm.reload_every
@@ -98,7 +104,7 @@ class Shared:
                 b.close()
 
 
-def _local_cfg(model_cfg: ModelLike) -> Any:
+def _local_cfg(model_cfg: ModelLike) -> ModelSection:
     """The model config a rank opens its torch copy with: the same model on the hf backend."""
     return dataclasses.replace(model_section(model_cfg), backend="hf")
 

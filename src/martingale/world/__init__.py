@@ -4,15 +4,18 @@ clue table. A new world is a class with ``splits()`` (train, held-out) and the o
 in one module here; ``world.name`` then allows it and the stages open it (``open_world``)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .registry import HELPERS, WORLDS, WorldKind, world, worlds
 from .section import WorldConfig, world_section
 
+if TYPE_CHECKING:
+    from .synthetic import SyntheticWorld
+
 __all__ = ["HELPERS", "WORLDS", "WorldConfig", "WorldKind", "open_world", "world", "world_section", "worlds"]
 
 
-def open_world(cfg: Any) -> Any:
+def open_world(cfg: object) -> SyntheticWorld:
     """The world a ``world`` section names (a section without a name: the synthetic clue table)."""
     section = world_section(cfg)
     every = worlds()

@@ -1,7 +1,7 @@
 """ForecastBench's question sets and resolution sets as one questions file: the rules that made the
 shipped sample, as code (data/questions/README.md says them in prose).
 
-Any number of files, each known by its content (a question set holds ``questions``, a resolution
+One file or many, each known by its content (a question set holds ``questions``, a resolution
 set ``resolutions``); a question is joined with its resolution by (source, id), whichever files
 each comes from, and the same question in several sets is one question (its earliest set's text and
 crowd value). Kept: the market questions (manifold, metaculus, infer, polymarket) resolved to 0 or 1
@@ -17,7 +17,9 @@ import math
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
+
+from ..core.jsonvalue import Json, JsonObject
 
 MARKETS = ("manifold", "metaculus", "infer", "polymarket")
 DATASETS = ("acled", "dbnomics", "fred", "wikipedia", "yfinance")   # several resolution dates each
@@ -37,14 +39,14 @@ class ImportProblem(ValueError):
 @dataclass
 class Imported:
     """The questions-file rows (sorted by id) and, per reason, how many rows were left out."""
-    rows: list[dict[str, Any]]
+    rows: list[JsonObject]
     left_out: dict[str, int] = field(default_factory=lambda: dict.fromkeys(LEFT_OUT, 0))
     early: int = 0                     # kept, resolved before the market's scheduled close
     question_sets: int = 0
     resolution_sets: int = 0
 
 
-def read_set(path: Path, problems: list[str]) -> Optional[tuple[str, dict[str, Any]]]:
+def read_set(path: Path, problems: list[str]) -> Optional[tuple[str, JsonObject]]:
     """("questions" | "resolutions", the file's object), or None after adding its problem."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -64,7 +66,7 @@ def read_set(path: Path, problems: list[str]) -> Optional[tuple[str, dict[str, A
     return None
 
 
-def _day(value: Any) -> Optional[date]:
+def _day(value: Json) -> Optional[date]:
     """The date of an ISO date or date-time; None for ForecastBench's "N/A" or null."""
     if not isinstance(value, str) or value.strip() in ("", "N/A"):
         return None
@@ -74,7 +76,7 @@ def _day(value: Any) -> Optional[date]:
         return datetime.fromisoformat(value.replace("Z", "+00:00")).date()
 
 
-def crowd_p(value: Any) -> Optional[float]:
+def crowd_p(value: Json) -> Optional[float]:
     """The crowd's probability: ``freeze_datetime_value`` as a number in [0, 1], else None."""
     try:
         p = float(value)
@@ -83,7 +85,7 @@ def crowd_p(value: Any) -> Optional[float]:
     return p if math.isfinite(p) and 0 <= p <= 1 else None
 
 
-def _kind_of_row(row: dict[str, Any]) -> Optional[str]:
+def _kind_of_row(row: JsonObject) -> Optional[str]:
     """Why a row is left out before any join (a combination, a dataset question …), or None."""
     if isinstance(row.get("id"), list):
         return "combination"
@@ -92,7 +94,7 @@ def _kind_of_row(row: dict[str, Any]) -> Optional[str]:
     return None if row.get("source") in MARKETS else "other source"
 
 
-def _resolution(key: tuple[str, str], found: list[tuple[str, dict]], problems: list[str]) -> Optional[dict]:
+def _resolution(key: tuple[str, str], found: list[tuple[str, JsonObject]], problems: list[str]) -> Optional[JsonObject]:
     """The one 0/1 resolution of a question across the resolution sets, None when it has none;
     a problem where two sets disagree."""
     done = [(f, r) for f, r in found if r.get("resolved") is True and r.get("resolved_to") in (0, 1)]
@@ -104,16 +106,16 @@ def _resolution(key: tuple[str, str], found: list[tuple[str, dict]], problems: l
     return done[0][1] if done else None
 
 
-def _row(q: dict[str, Any], set_file: str, res: dict[str, Any]) -> tuple[Optional[dict[str, Any]], Optional[str]]:
-    """A questions-file line for a market question and its resolution, or (None, why it is left out)."""
+def _row(q: JsonObject, set_file: str, res: JsonObject) -> JsonObject | str:
+    """A questions-file line for a market question and its resolution, or why it is left out."""
     opened, closed = _day(q.get("market_info_open_datetime")), _day(q.get("market_info_close_datetime"))
     resolved = _day(res.get("resolution_date"))
     if (opened and closed and closed < opened) or (opened and resolved and resolved < opened):
-        return None, "dates out of order"
+        return "dates out of order"
     if closed and resolved and resolved < closed:
         closed = None                              # settled before the scheduled close
     criteria = q.get("market_info_resolution_criteria")
-    row = {"id": f"{q['source']}-{q['id']}", "question": q.get("question"), "background": q.get("background") or "",
+    row: JsonObject = {"id": f"{q['source']}-{q['id']}", "question": q.get("question"), "background": q.get("background") or "",
            "resolution_criteria": criteria if criteria and criteria != "N/A" else q.get("resolution_criteria") or "",
            "option": "", "y": int(res["resolved_to"]),
            "open_date": opened.isoformat() if opened else None, "close_date": closed.isoformat() if closed else None,
@@ -124,7 +126,7 @@ def _row(q: dict[str, Any], set_file: str, res: dict[str, Any]) -> tuple[Optiona
     p = crowd_p(q.get("freeze_datetime_value"))
     if p is not None:
         row["crowd_p"] = p
-    return row, None
+    return row
 
 
 def import_forecastbench(paths: list[Path]) -> Imported:
@@ -133,8 +135,8 @@ def import_forecastbench(paths: list[Path]) -> Imported:
     problems: list[str] = []
     sets = [(Path(p), read_set(Path(p), problems)) for p in paths]
     out = Imported([])
-    questions: dict[tuple[str, str], tuple[str, str, dict]] = {}     # key → (due date, file, question)
-    resolutions: dict[tuple[str, str], list[tuple[str, dict]]] = {}
+    questions: dict[tuple[str, str], tuple[str, str, JsonObject]] = {}     # key → (due date, file, question)
+    resolutions: dict[tuple[str, str], list[tuple[str, JsonObject]]] = {}
     for path, found in sets:
         if found is None:
             continue
@@ -152,14 +154,14 @@ def import_forecastbench(paths: list[Path]) -> Imported:
             elif key not in questions or data["forecast_due_date"] < questions[key][0]:
                 questions[key] = (data["forecast_due_date"], path.name, row)
     for key, (_, set_file, q) in sorted(questions.items()):
-        found = resolutions.get(key)
-        res = _resolution(key, found, problems) if found else None
+        answers = resolutions.get(key)
+        res = _resolution(key, answers, problems) if answers else None
         if res is None:
-            out.left_out["unresolved" if found else "no resolution"] += 1
+            out.left_out["unresolved" if answers else "no resolution"] += 1
             continue
-        row, why = _row(q, set_file, res)
-        if row is None:
-            out.left_out[why] += 1
+        row = _row(q, set_file, res)
+        if isinstance(row, str):
+            out.left_out[row] += 1
         else:
             out.rows.append(row)
     if problems:

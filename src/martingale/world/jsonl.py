@@ -12,8 +12,8 @@ used as written; otherwise ``questions.splits`` draws them by ``world.seed``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
+from ..core.jsonvalue import JsonObject
 from .questions import ForecastQuestion, QuestionsError, load_questions, marked_splits, splits
 from .registry import world
 from .synthetic import Question, SyntheticWorld
@@ -31,12 +31,12 @@ def as_question(fq: ForecastQuestion) -> Question:
                     crowd=None if crowd is None else float(crowd))
 
 
-def exported_rows(world: SyntheticWorld) -> list[dict[str, Any]]:
+def exported_rows(world: SyntheticWorld) -> list[JsonObject]:
     """The synthetic world's train and held-out questions as questions-file lines: English question
     text, the clue words as the background, the resolution, the split, the clues and the oracle's
     final belief (which the file's reader uses to check it meets the same clue table)."""
     train, heldout = world.splits()
-    rows = []
+    rows: list[JsonObject] = []
     for split, qs in (("train", train), ("heldout", heldout)):
         for q in qs:
             rows.append({
@@ -45,7 +45,7 @@ def exported_rows(world: SyntheticWorld) -> list[dict[str, Any]]:
                 "resolution_criteria": "Resolves yes when the event's hidden outcome y is 1; the world "
                                        f"draws y = 1 with probability {world.base_rate}.",
                 "option": "", "y": int(q.y), "split": split, "clues": list(q.clues),
-                "bayes_end": round(world.bayes(q), 6),
+                "bayes_end": round(world.clue_belief(q), 6),
             })
     return rows
 
@@ -54,7 +54,7 @@ def exported_rows(world: SyntheticWorld) -> list[dict[str, Any]]:
 class JsonlWorld(SyntheticWorld):
     """The synthetic world's clue table, with the questions of ``world.questions_file``."""
 
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: object):
         super().__init__(cfg)
         path = self.cfg.questions_file
         if not path:
@@ -68,7 +68,7 @@ class JsonlWorld(SyntheticWorld):
         a file exported from another synthetic world would read another oracle."""
         for fq in self.questions:
             if "bayes_end" in fq.extra and fq.extra.get("clues"):
-                mine = round(self.bayes(as_question(fq)), 6)
+                mine = round(self.clue_belief(as_question(fq)), 6)
                 if abs(mine - float(fq.extra["bayes_end"])) > 1e-6:
                     raise QuestionsError([f"{self.path}: bayes_end: question {fq.qid} was exported from "
                                           f"another synthetic world (oracle {fq.extra['bayes_end']}, "
@@ -88,9 +88,9 @@ class JsonlWorld(SyntheticWorld):
         return [as_question(q) for q in train], [as_question(q) for q in heldout]
 
     def bayes_logodds(self, q: Question, k: int | None = None) -> float | None:
-        return super().bayes_logodds(q, k) if q.clues else None
+        return self.clue_logodds(q, k) if q.clues else None
 
     def bayes(self, q: Question, k: int | None = None) -> float | None:
         """The exact belief where the question lists its clues; None for a real question."""
-        return super().bayes(q, k) if q.clues else None
+        return self.clue_belief(q, k) if q.clues else None
 

@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping, Sequence
+from typing import Mapping, NoReturn, Sequence
 
+from ..core.jsonvalue import Json, JsonObject
 from ..store.files import write_jsonl
 from .section import world_section
 
@@ -67,7 +68,7 @@ class ForecastQuestion:
     close_date: date | None = None
     resolve_date: date | None = None
     negated: bool = False
-    extra: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    extra: Mapping[str, Json] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "extra", MappingProxyType(dict(self.extra)))
@@ -80,10 +81,10 @@ class ForecastQuestion:
                                 self.option, self.open_date, self.close_date, self.resolve_date,
                                 not self.negated, self.extra)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The question as a line of a questions file (extra fields included; ``negated`` only
         when set, since a file holds questions as asked)."""
-        row: dict[str, Any] = dict(self.extra)
+        row: JsonObject = dict(self.extra)
         row.update(id=self.qid, question=self.question, y=self.y, background=self.background,
                    resolution_criteria=self.resolution_criteria, option=self.option,
                    **{f: (getattr(self, f).isoformat() if getattr(self, f) else None) for f in DATE_FIELDS})
@@ -97,8 +98,8 @@ class _DuplicateKey(ValueError):
     pass
 
 
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
+def _no_duplicate_keys(pairs: list[tuple[str, Json]]) -> JsonObject:
+    seen: JsonObject = {}
     for k, v in pairs:
         if k in seen:
             raise _DuplicateKey(k)
@@ -106,17 +107,17 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return seen
 
 
-def _no_constant(name: str) -> Any:
+def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def _show(value: Any) -> str:
+def _show(value: Json) -> str:
     """A value as JSON writes it (2, "yes", true, null), cut short."""
     text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _type_name(value: Any) -> str:
+def _type_name(value: Json) -> str:
     return {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list",
             dict: "an object", type(None): "null"}.get(type(value), type(value).__name__)
 
@@ -129,7 +130,7 @@ def _parse_date(value: str) -> date:
         return datetime.fromisoformat(value).date()
 
 
-def _check_id(qid: Any) -> str | None:
+def _check_id(qid: Json) -> str | None:
     """What is wrong with a line's id, or None."""
     if isinstance(qid, bool) or not isinstance(qid, (str, int)):
         return f"must be a string or an integer, not {_type_name(qid)}"
@@ -140,20 +141,20 @@ def _check_id(qid: Any) -> str | None:
     return None
 
 
-def _check_question(text: Any) -> str | None:
+def _check_question(text: Json) -> str | None:
     """What is wrong with a line's question text, or None."""
     if not isinstance(text, str):
         return f"must be a string, not {_type_name(text)}"
     return None if text.strip() else "empty"
 
 
-def _check_y(y: Any) -> str | None:
+def _check_y(y: Json) -> str | None:
     """What is wrong with a line's resolution, or None."""
     bad = isinstance(y, bool) or not isinstance(y, (int, float)) or y not in (0, 1)
     return f"must be 0 or 1, not {_show(y)}" if bad else None
 
 
-def _dates(row: dict[str, Any], bad) -> dict[str, date | None]:
+def _dates(row: JsonObject, bad) -> dict[str, date | None]:
     """A line's dates (None where absent), each parsed, in order open ≤ close ≤ resolve."""
     dates: dict[str, date | None] = {}
     for name in DATE_FIELDS:
@@ -169,12 +170,13 @@ def _dates(row: dict[str, Any], bad) -> dict[str, date | None]:
             bad(name, f"{_show(value)} is not an ISO 8601 date (YYYY-MM-DD)")
     for i, early in enumerate(DATE_FIELDS):
         for late in DATE_FIELDS[i + 1:]:
-            if dates[early] and dates[late] and dates[late] < dates[early]:
-                bad(late, f"{dates[late].isoformat()} is before {early} {dates[early].isoformat()}")
+            first, then = dates[early], dates[late]
+            if first and then and then < first:
+                bad(late, f"{then.isoformat()} is before {early} {first.isoformat()}")
     return dates
 
 
-def _check_crowd(p: Any) -> str | None:
+def _check_crowd(p: Json) -> str | None:
     """What is wrong with a line's crowd forecast (optional), or None."""
     ok = not isinstance(p, bool) and isinstance(p, (int, float)) and 0 <= p <= 1
     return None if p is None or ok else f"must be a probability in [0, 1] or null, not {_show(p)}"
@@ -183,7 +185,7 @@ def _check_crowd(p: Any) -> str | None:
 CHECKS = {"id": _check_id, "question": _check_question, "y": _check_y, "crowd_p": _check_crowd}
 
 
-def _question(row: dict[str, Any], where: str, problems: list[str]) -> ForecastQuestion | None:
+def _question(row: JsonObject, where: str, problems: list[str]) -> ForecastQuestion | None:
     """The question of one parsed line, or None after adding its problems."""
     before = len(problems)
 
@@ -211,7 +213,7 @@ def _question(row: dict[str, Any], where: str, problems: list[str]) -> ForecastQ
                             dates["resolve_date"], False, {k: v for k, v in row.items() if k not in KNOWN_FIELDS})
 
 
-def _row(data: bytes, lineno: int, where: str, problems: list[str]) -> dict[str, Any] | None:
+def _row(data: bytes, lineno: int, where: str, problems: list[str]) -> JsonObject | None:
     """One line's JSON object, or None (blank, or a problem added)."""
     try:
         line = data.decode("utf-8-sig" if lineno == 1 else "utf-8")
@@ -270,7 +272,7 @@ def load_questions(path: Path | str) -> list[ForecastQuestion]:
 
 
 # --------------------------------------------------------------------------- using
-def summary(questions: Sequence[ForecastQuestion]) -> dict[str, Any]:
+def summary(questions: Sequence[ForecastQuestion]) -> JsonObject:
     """n, the yes count, the base rate, the constant-predictor Brier (always predicting the base
     rate r scores r(1 − r)), the span of the dates given (ISO strings; None when no date) and,
     where questions carry crowd_p, how many and the crowd's Brier on them."""
@@ -287,7 +289,7 @@ def summary(questions: Sequence[ForecastQuestion]) -> dict[str, Any]:
             "n_resolve_date": len(resolved), **_crowd(questions)}
 
 
-def _crowd(questions: Sequence[ForecastQuestion]) -> dict[str, Any]:
+def _crowd(questions: Sequence[ForecastQuestion]) -> JsonObject:
     """crowd_n and crowd_brier over the questions with a crowd_p (nothing when none has one)."""
     with_crowd = [(float(q.extra["crowd_p"]), q.y) for q in questions if q.extra.get("crowd_p") is not None]
     if not with_crowd:
@@ -333,11 +335,13 @@ def marked_splits(questions: Sequence[ForecastQuestion]) -> dict[str, list[Forec
     return {s: [q for q in questions if q.extra["split"] == s] for s in MARKED_SPLITS}
 
 
-def config_problem(world_cfg: Any) -> str | None:
+def config_problem(world_cfg: object) -> str | None:
     """Why ``world.questions_file`` cannot serve this world config (the first problem, with a count
     of the rest), or None: schema.RELATIONS checks it when a run is composed, before any job. A
     ``split`` field on every line (an export) is the split; else the file must hold n_train + n_heldout."""
     world = world_section(world_cfg)
+    if world.questions_file is None:
+        return "world.questions_file: not set (world=jsonl reads its questions from one)"
     try:
         questions = load_questions(world.questions_file)
     except QuestionsError as e:
@@ -358,7 +362,7 @@ def config_problem(world_cfg: Any) -> str | None:
     return None
 
 
-def write_questions(path: Path | str, rows: list[dict[str, Any]]) -> None:
+def write_questions(path: Path | str, rows: list[JsonObject]) -> None:
     """``rows`` as a questions file at ``path``, written only if it passes ``load_questions``
     (QuestionsError naming ``path`` otherwise; nothing is left behind)."""
     path = Path(path)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from ..core.registry import Registry
 
-WORLDS: Registry = Registry("world")
+if TYPE_CHECKING:
+    from .synthetic import SyntheticWorld
+
+WORLDS: Registry[WorldKind] = Registry("world")
 # modules that declare no world (tests/test_imports.py checks)
 HELPERS = ("questions", "traces", "forecastbench", "registry", "section")
 
@@ -20,7 +23,7 @@ class WorldKind:
     of training and held-out questions at once (a held-out redraw then changes the training
     questions too, and the training stages' ids)."""
     name: str
-    cls: Callable[[Any], Any]
+    cls: Callable[[object], SyntheticWorld]
     reads_file: bool = False
     one_split: bool = False
 
@@ -33,6 +36,6 @@ def world(name: str, reads_file: bool = False, one_split: bool = False) -> Calla
     return register
 
 
-def worlds() -> Registry:
+def worlds() -> Registry[WorldKind]:
     """Every registered world, after importing each world module of this package (once)."""
     return WORLDS.discover("martingale.world", [str(Path(__file__).parent)], HELPERS)

@@ -3,7 +3,7 @@ class types it with ``world_section``); the config schema places it at ``world``
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
 from ..core.settings import (
     COUNT,
@@ -67,7 +67,7 @@ class WorldConfig:
         "reads $MARTINGALE_HELDOUT_DRAW", in_id=_redrawn)
 
 
-def world_section(cfg: Any) -> WorldConfig:
+def world_section(cfg: object) -> WorldConfig:
     """``cfg`` (a ``world`` section, or its keys as a mapping) as the typed WorldConfig: a key it
     lacks at its default, a key the schema does not declare an error naming it."""
     return typed(WorldConfig, cfg, "world")

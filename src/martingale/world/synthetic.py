@@ -9,7 +9,6 @@ a reasoner recalls one llr per step; a one-pass ("snap") answer is a different, 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -56,16 +55,18 @@ class SyntheticWorld:
     """Clue likelihood table + seeded question splits + the exact Bayes oracle."""
 
     MAX_ROUNDS = 200    # draws of n_heldout questions before splits() gives up (never loops forever)
+    _units: list[int]             # step_units' table, made on first use from _units_of (the llr it rounded)
+    _units_of: np.ndarray
 
-    def __init__(self, cfg: Any):
-        self.cfg = cfg = world_section(cfg)
-        self.base_rate = float(cfg.base_rate)
-        self.n_types = int(cfg.n_clue_types)
-        self.n_clues = int(cfg.clues_per_question)
-        self.unit = float(cfg.logodds_unit)
-        self.max_step = int(cfg.max_step)
-        rng = np.random.default_rng([int(cfg.seed), 0])
-        alpha = np.full(self.n_types, float(cfg.dirichlet_alpha))
+    def __init__(self, cfg: object):
+        self.cfg = section = world_section(cfg)
+        self.base_rate = float(section.base_rate)
+        self.n_types = int(section.n_clue_types)
+        self.n_clues = int(section.clues_per_question)
+        self.unit = float(section.logodds_unit)
+        self.max_step = int(section.max_step)
+        rng = np.random.default_rng([int(section.seed), 0])
+        alpha = np.full(self.n_types, float(section.dirichlet_alpha))
         self.p1 = rng.dirichlet(alpha)
         self.p0 = rng.dirichlet(alpha)
         self.llr = np.log(self.p1 / self.p0)
@@ -74,8 +75,8 @@ class SyntheticWorld:
         # over the first snap_clues of them, scaled by snap_gain (traces.snap).
         mix = self.base_rate * self.p1 + (1 - self.base_rate) * self.p0
         self.gut_weight = float(np.sum(mix * np.abs(self.llr)))
-        self.snap_clues = max(1, int(np.ceil(float(cfg.snap_clues) * self.n_clues)))
-        self.snap_gain = float(cfg.snap_gain)
+        self.snap_clues = max(1, int(np.ceil(float(section.snap_clues) * self.n_clues)))
+        self.snap_gain = float(section.snap_gain)
 
     # -- questions -------------------------------------------------------------------------
     def sample(self, n: int, rng: np.random.Generator, prefix: str) -> list[Question]:
@@ -111,15 +112,24 @@ class SyntheticWorld:
                          "clues per question than the splits need")
 
     # -- the oracle ------------------------------------------------------------------------
-    def bayes_logodds(self, q: Question, k: int | None = None) -> float:
+    def clue_logodds(self, q: Question, k: int | None = None) -> float:
         """Exact log-odds of the question after its first k clues (all when k is None)."""
         clues = q.clues if k is None else q.clues[:k]
         lo = self.prior_logodds + float(sum(self.llr[c] for c in clues))
         return -lo if q.negated else lo
 
-    def bayes(self, q: Question, k: int | None = None) -> float:
+    def clue_belief(self, q: Question, k: int | None = None) -> float:
         """Exact Bayes probability that the question resolves yes after its first k clues."""
-        return float(expit(self.bayes_logodds(q, k)))
+        return float(expit(self.clue_logodds(q, k)))
+
+    def bayes_logodds(self, q: Question, k: int | None = None) -> float | None:
+        """The oracle's log-odds after the first k clues; None where a world has no oracle for a
+        question (a real question of world=jsonl)."""
+        return self.clue_logodds(q, k)
+
+    def bayes(self, q: Question, k: int | None = None) -> float | None:
+        """The oracle's belief after the first k clues; None where a world has no oracle for it."""
+        return self.clue_belief(q, k)
 
     def step_units(self, clue: int, negated: bool) -> int:
         """A clue's llr in integer units of ``logodds_unit``, as a calibrated reasoner writes it

@@ -108,7 +108,10 @@ def read_query(q: Question, trace: str, k: int) -> str | None:
 def read(q: Question, trace: str, k: int, unit: float) -> tuple[str, str]:
     """A read example (query, answer): the belief the trace has reached after k steps."""
     total = int(cut_steps(trace.split(), k)[-1])
-    return read_query(q, trace, k), f"{fmt_p(units_to_p(total, unit))} end"
+    query = read_query(q, trace, k)
+    if query is None:
+        raise ValueError(f"question {q.qid}: its trace does not reach step {k} in the expected shape")
+    return query, f"{fmt_p(units_to_p(total, unit))} end"
 
 
 def vocabulary(n_clue_types: int) -> list[str]:

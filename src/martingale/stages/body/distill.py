@@ -23,7 +23,7 @@ import math
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import datasets
 import numpy as np
@@ -33,6 +33,7 @@ from transformers import PrinterCallback, ProgressCallback, Trainer, TrainerCall
 from trl import SFTConfig, SFTTrainer
 
 from ...core.errors import StageError
+from ...core.jsonvalue import JsonObject
 from ...model.load import describe, load, save
 from ...model.section import ModelConfig
 from ...store import files
@@ -58,10 +59,10 @@ def lora_config(d: DistillConfig, model_cfg: ModelConfig):
                       modules_to_save=["lm_head"], task_type="CAUSAL_LM")
 
 
-def teacher_traits(d: DistillConfig, unit: float) -> dict[str, Any]:
+def teacher_traits(d: DistillConfig, unit: float) -> JsonObject:
     """The biased teacher's traits for pretrain.mixture, from ``distill``: what ``teacher`` turns on."""
     entrench, over = d.teacher in ("entrench", "both", "drift"), d.teacher in ("overconfident", "both")
-    traits: dict[str, Any] = {}
+    traits: JsonObject = {}
     if entrench:
         traits.update(agree=d.agree_weight, disagree=d.disagree_weight,
                       jitter=d.weight_jitter)
@@ -106,7 +107,7 @@ def sft_config(d: DistillConfig, seed: int, output_dir: str, device: str = "cpu"
         activation_checkpointing=False, logging_steps=1, logging_nan_inf_filter=False, disable_tqdm=True,
         completion_only_loss=True, packing=False, padding_free=False, max_length=None,
         dataset_num_proc=None, eval_strategy="no", push_to_hub=False, ddp_find_unused_parameters=False,
-        **(cast(dict[str, Any], {"fsdp": "full_shard auto_wrap", "fsdp_config": {"version": 2, "transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]}}
+        **(cast(JsonObject, {"fsdp": "full_shard auto_wrap", "fsdp_config": {"version": 2, "transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]}}
            if world > 1 and strategy == "fsdp" else {})),
     )
 

@@ -12,7 +12,6 @@ question and its negation as questions of their own (ȳ = 0.5: the base-rate con
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from ...beliefs.elicit import cut_index, judge_needed, probe_prompts, rollout
 from ...beliefs.forced import answer_context, forced_reads
@@ -21,6 +20,7 @@ from ...beliefs.prompts import Prompts
 from ...beliefs.readers import ReadContext
 from ...beliefs.section import PromptsConfig
 from ...core.errors import StageError
+from ...core.jsonvalue import JsonObject
 from ...metrics import stage_metrics
 from ...model.backend import open_models
 from ...model.load import describe
@@ -69,7 +69,7 @@ def balanced(questions: list) -> list:
     return list(questions) + [q.negation() for q in questions]
 
 
-def evaluate_model(gen, judge, cfg: EvaluateSlice | SimulateSlice, questions, ctx=None) -> list[dict[str, Any]]:
+def evaluate_model(gen, judge, cfg: EvaluateSlice | SimulateSlice, questions, ctx=None) -> list[JsonObject]:
     """One record per question: the model's (backend ``gen``) beliefs, read with ``judge`` (a
     backend, or None when the reader needs none; ``ctx`` a ReadContext the caller closes), beside
     the trace's own and the oracle's."""
@@ -93,7 +93,7 @@ def evaluate_model(gen, judge, cfg: EvaluateSlice | SimulateSlice, questions, ct
                            cfg.elicit.read) if cfg.eval.negations else None
     rows = []
     for i, q in enumerate(questions):
-        extra: dict[str, Any] = {}
+        extra: JsonObject = {}
         if draws is not None:
             extra["snap_draws"] = draws[i]
         if negs is not None:
@@ -145,7 +145,7 @@ def run(cfg: EvaluateSlice, model: Path, judge_model: Path, out_dir: Path) -> No
         files.write_json(tmp / "backend.json", {"backend": cfg.model.backend, **guards})
 
 
-def check_parse_rate(records: list[dict[str, Any]], floor: float) -> None:
+def check_parse_rate(records: list[JsonObject], floor: float) -> None:
     """Fail the stage when fewer than ``eval.min_parse_rate`` of its answers state a P, quoting
     some that did not: a model that stopped answering is not measured as if it had."""
     unparsed = [r for r in records if r["stated"] is None]

@@ -30,7 +30,6 @@ import dataclasses
 import shutil
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -39,6 +38,7 @@ from ... import rewards
 from ...beliefs.elicit import probe_prompts
 from ...beliefs.prompts import Prompts
 from ...core.errors import StageError
+from ...core.jsonvalue import JsonObject
 from ...core.typed import fields_of
 from ...episodes import chat
 from ...episodes import synthetic as ep_mod
@@ -55,13 +55,13 @@ from ...training.progress import Pace, report_step
 from ...training.shared import ranked_model
 from ..instructor import InstructorSlice
 from .common import make_world, seed_everything
-from .simulate import assert_spoke, check_config, is_chat, play
+from .simulate import Played, assert_spoke, check_config, is_chat, play
 
 ITERATION_SEED_STRIDE = 7919   # iteration k plays episodes seeded seed·7919 + k
 
 
 def play_chat(human, instructor, questions: list, cfg: InstructorSlice, sim: SimulateConfig, seed: int,
-              where: str):
+              where: str) -> chat.Played:
     """One iteration's chat episodes (lean × outcome balanced over ``questions``), exploring."""
     prompts = Prompts(cfg.prompts, getattr(human, "tokenizer", None))
     local = getattr(human, "tokenizer", None) is not None
@@ -75,7 +75,7 @@ def play_chat(human, instructor, questions: list, cfg: InstructorSlice, sim: Sim
                      where=where, strict=False)
 
 
-def batch_inputs(played) -> dict[str, Any]:
+def batch_inputs(played) -> dict[str, np.ndarray]:
     """The reward's batch from played episodes: first P, last P (as posterior and stated), y and
     the trajectory (None → NaN)."""
     traj = np.array([[np.nan if p is None else p for p in row] for row in played.human_p], dtype=float)
@@ -115,13 +115,14 @@ def adapter_gap(policy, played, temperature: float) -> float:
 
 
 def iteration(policy, human, world, qs: list, cfg: InstructorSlice, explore: SimulateConfig, score, it: int,
-              name: str) -> tuple[dict[str, Any], Any]:
+              name: str) -> tuple[JsonObject, chat.Played | Played]:
     """One iteration: play episodes on ``qs`` with the policy as instructor (exploring), score them,
     one policy-gradient step, the guards (finite weights, the adapter applied); its history row."""
     stage, seed = cfg.stage, cfg.seed
     temperature = cfg.instructor.temperature
     floor = cfg.model.vllm.adapter_floor
     policy.model.eval()
+    played: chat.Played | Played
     if is_chat(cfg):
         played = play_chat(human, policy.gen, qs, cfg, explore, seed * ITERATION_SEED_STRIDE + it, name)
     else:
@@ -146,7 +147,7 @@ def iteration(policy, human, world, qs: list, cfg: InstructorSlice, explore: Sim
     return history_row(it, loss, kl, rew, gap, played, batch), played
 
 
-def history_row(it: int, loss, kl, rew: np.ndarray, gap: float, played, batch: dict[str, Any]) -> dict[str, Any]:
+def history_row(it: int, loss, kl, rew: np.ndarray, gap: float, played, batch: dict[str, np.ndarray]) -> JsonObject:
     """An iteration's train.jsonl row: loss, KL, mean reward, the human's MS, the adapter gap, …"""
     ok = np.isfinite(batch["prior"]) & np.isfinite(batch["posterior"])
     try:
@@ -183,7 +184,7 @@ def run(cfg: InstructorSlice, start_model: Path, human_model: Path, out_dir: Pat
     human = ranked_model(human_model, role_model(cfg, "human") if chat else cfg.model)
     start = ranked_model(start_model, role_model(cfg, "instructor") if chat else cfg.model)   # its own copy:
     # the adapter goes on it, the human stays as it is
-    history: list[dict[str, Any]] = []
+    history: list[JsonObject] = []
     adapter_dir = checkpoint.folder(out_dir).with_suffix(".adapter")   # where a server backend loads it from
     try:
         # the backend guards on fixed prompts: parity with HF, then each served adapter applied

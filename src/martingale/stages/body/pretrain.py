@@ -8,10 +8,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from ...core.jsonvalue import JsonObject
 from ...model.load import build_tiny, describe, placement, save
 from ...model.tokenizer import build_tokenizer
 from ...store import files
@@ -29,7 +29,7 @@ class Mix:
     read_fraction: float
 
 
-def mixture(world, rng: np.random.Generator, n: int, cfg: Mix | PretrainConfig, teacher: dict[str, Any] | None = None
+def mixture(world, rng: np.random.Generator, n: int, cfg: Mix | PretrainConfig, teacher: JsonObject | None = None
             ) -> list[tuple[str, str]]:
     """n (prompt, completion) pairs in ``cfg``'s shares (a Mix, or the pretrain section): reasoned
     traces, snap answers and partial-trace reads, written
@@ -55,7 +55,7 @@ def mixture(world, rng: np.random.Generator, n: int, cfg: Mix | PretrainConfig, 
 
 
 
-def teacher_traits(p: PretrainConfig, unit: float) -> dict[str, Any] | None:
+def teacher_traits(p: PretrainConfig, unit: float) -> JsonObject | None:
     """The natural base's teacher for mixture: None (the calibrated reasoner) or the miscalibrated
     one's lean, sharpening and misreads (``pretrain.teacher``), its gut answers leaning as its traces."""
     if p.teacher == "calibrated":

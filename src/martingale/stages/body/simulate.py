@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 import torch
@@ -33,6 +33,7 @@ from ...beliefs.parse import parse_p
 from ...beliefs.prompts import Prompts
 from ...beliefs.section import PromptsConfig
 from ...core.errors import StageError
+from ...core.jsonvalue import JsonObject
 from ...episodes import chat, episode_problem
 from ...episodes import synthetic as ep_mod
 from ...episodes.roles import role_model, same_model
@@ -154,7 +155,7 @@ def episode_questions(world, sim: SimulateConfig):
     return heldout[: sim.episodes]
 
 
-def records(world, played: Played, seed: int, negated: Optional[Played] = None) -> list[dict[str, Any]]:
+def records(world, played: Played, seed: int, negated: Optional[Played] = None) -> list[JsonObject]:
     """One row per episode (see the module docstring); ``bayes_end`` is the question's own Bayes
     belief (the oracle reading the question's evidence: the same under every mode, so two modes pair)."""
     rows = []
@@ -171,7 +172,7 @@ def records(world, played: Played, seed: int, negated: Optional[Played] = None) 
     return rows
 
 
-def instructor_alone(instructor, human, cfg: SimulateSlice, questions) -> dict[str, Any]:
+def instructor_alone(instructor, human, cfg: SimulateSlice, questions) -> JsonObject:
     """The instructor's own single-agent MS and Brier on the episode questions (the run's elicit
     mode; the human as the self judge): the research log's 'MS ≈ 0 alone, entrenching in the loop'."""
     judge = human if judge_needed(cfg.elicit) else None
@@ -256,7 +257,7 @@ def run(cfg: SimulateSlice, model: Path, human_model: Path, out_dir: Path) -> No
     write_episodes(cfg, rows, seed, {**counts, **alone}, guards, out_dir, "simulate", "instructor_ms")
 
 
-def check_turn_parse_rates(rows: list[dict[str, Any]], floor: float, label: str) -> None:
+def check_turn_parse_rates(rows: list[JsonObject], floor: float, label: str) -> None:
     """Fail the stage when the human's P parsed in fewer than ``floor`` (eval.min_parse_rate) of the
     episodes at any turn, the prior included: MS is read first → last, so a turn with no P is a
     headline with no data, however well the last turn parsed."""
@@ -276,7 +277,7 @@ def check_turn_parse_rates(rows: list[dict[str, Any]], floor: float, label: str)
 MIN_MS_PAIRS = 3    # metrics.martingale_fit's least
 
 
-def check_headline(metrics: dict[str, Any], n: int, label: str) -> None:
+def check_headline(metrics: JsonObject, n: int, label: str) -> None:
     """Fail the stage when MS, its headline, is undefined for lack of parsed answers (fewer than
     MIN_MS_PAIRS episodes with both a first and a last P, though each turn passed the floor): such
     a stage is not done."""
@@ -285,8 +286,8 @@ def check_headline(metrics: dict[str, Any], n: int, label: str) -> None:
                          f"first and last P (a slope needs {MIN_MS_PAIRS})")
 
 
-def write_episodes(cfg: SimulateSlice, rows: list[dict[str, Any]], seed: int, extra: dict[str, Any],
-                   guards: dict[str, Any], out_dir: Path, label: str, last_logged: str) -> None:
+def write_episodes(cfg: SimulateSlice, rows: list[JsonObject], seed: int, extra: JsonObject,
+                   guards: JsonObject, out_dir: Path, label: str, last_logged: str) -> None:
     """The end of an episode stage (embedded or chat): the parse floor, the eval and episode
     blocks with mode, turns and ``extra``, one log line, then the folder, written atomically."""
     sim, floor = cfg.simulate, cfg.eval.min_parse_rate
@@ -307,7 +308,7 @@ def write_episodes(cfg: SimulateSlice, rows: list[dict[str, Any]], seed: int, ex
 
 
 # ------------------------------------------------------------------ chat episodes (episodes/chat.py)
-def _describe(gen) -> dict[str, Any]:
+def _describe(gen) -> JsonObject:
     return gen.describe() if hasattr(gen, "describe") else describe(gen.model)
 
 
@@ -323,7 +324,7 @@ def run_chat(cfg: SimulateSlice, model: Path, human_model: Path, out_dir: Path) 
     world = make_world(cfg.world)
     _, heldout = world.splits()
     roles = {"human": (human_model, role_model(cfg, "human")), "instructor": (model, role_model(cfg, "instructor"))}
-    opened: dict[str, Any] = {}
+    opened: JsonObject = {}
     try:
         for role, (folder, mcfg) in roles.items():
             twin = next((r for r, (f, c) in roles.items() if r in opened and same_model(c, mcfg)
@@ -342,7 +343,7 @@ def run_chat(cfg: SimulateSlice, model: Path, human_model: Path, out_dir: Path) 
             return chat.play(human, instructor, eps, ep, sim, prompts.fields, reader, seed_, assert_spoke).episodes
         episodes = played(pairs, seed)
         negations = played(chat.negated(pairs), seed + NEGATION_OFFSET) if sim.negations else None
-        alone: dict[str, Any] = {}
+        alone: JsonObject = {}
         if sim.mode not in chat.NO_INSTRUCTOR and getattr(instructor, "tokenizer", None) is not None:
             alone = instructor_alone(instructor, human if getattr(human, "tokenizer", None) is not None else instructor,
                                      cfg, [q for q, _ in pairs])

@@ -20,7 +20,7 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import torch
@@ -30,6 +30,7 @@ from ...beliefs.elicit import judge_needed, probe_prompts, rollout
 from ...beliefs.readers import ReadContext
 from ...beliefs.section import ElicitConfig
 from ...core.errors import StageError
+from ...core.jsonvalue import JsonObject
 from ...store.tracking import live_run
 from ...training import checkpoint
 from ...training.loss import advantages, completion_tokens, rollout_loss
@@ -85,7 +86,7 @@ def step_loss(policy: Policy, score: Callable[..., np.ndarray], qs, group: np.nd
 
 
 def train_steps(policy: Policy, score: Callable[..., np.ndarray], train_q, ctx, cfg: TrainSlice,
-                ckpt: Path, name: str) -> list[dict[str, Any]]:
+                ckpt: Path, name: str) -> list[JsonObject]:
     """The policy-gradient loop: each epoch a fresh permutation of the questions, ``batch_questions``
     of them (``generations`` samples each) a step. It resumes from the stage's checkpoint when one
     verifies (skipping the batches done before it) and writes one every ``checkpoint_every`` steps,
