@@ -5,9 +5,9 @@ against the schema first."""
 
 import json
 from pathlib import Path
-from typing import Any, NotRequired, Optional, TypedDict, cast
+from typing import NotRequired, Optional, TypedDict, cast
 
-Json = Any      # a value straight from json.loads, its shape checked by the schema
+from ..core.jsonvalue import Json
 
 
 class Seeded(TypedDict):
