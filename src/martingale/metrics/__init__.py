@@ -19,9 +19,7 @@ RUNS.md and runs.html (docs/extending.md).
 """
 from __future__ import annotations
 
-from typing import Any
-
-from ..stats import MetricError
+from ..stats import Block, MetricError, Record
 from .core import (
     COLUMNS,
     DECLARED,
@@ -51,8 +49,8 @@ def table_columns() -> dict[str, Column]:
     return {key: d.column for key, d in declared_metrics().items() if d.column is not None}
 
 
-def stage_metrics(records: list[dict[str, Any]], n_bootstrap: int = 1000, level: float = 0.95,
-                  seed: int = 0) -> dict[str, Any]:
+def stage_metrics(records: list[Record], n_bootstrap: int = 1000, level: float = 0.95,
+                  seed: int = 0) -> Block:
     """The eval.json block for one stage and seed, from its per-question records.
 
     Every registered metric that applies is present; one that is undefined on this
@@ -61,7 +59,7 @@ def stage_metrics(records: list[dict[str, Any]], n_bootstrap: int = 1000, level:
     ``stated_neg`` (eval.negations) add the negation coherence.
     """
     s = StageColumns.from_records(records, n_bootstrap, level, seed)
-    out: dict[str, Any] = {}
+    out: Block = {}
     undefined: dict[str, str] = {}
     for metric in (d.metric for d in declared_metrics().values()):
         if metric.applies(s):

@@ -1,9 +1,8 @@
 """Coherence: a trace against its answer, and a question's two answers under negation."""
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..core.lazy import module
 from ..stats import MetricError
@@ -11,22 +10,22 @@ from .core import StageColumns, check_probs, column, stage_metric
 
 stats = module("scipy.stats")   # imported on first use (martingale.core.lazy)
 
-def trace_coherence(stated: Any, trace_last: Any) -> float:
+def trace_coherence(stated: ArrayLike, trace_last: ArrayLike) -> float:
     """Coherence of a trace with its answer: mean |stated P − last belief the trace writes|."""
-    stated = check_probs("trace_coherence (stated)", stated)
+    p = check_probs("trace_coherence (stated)", stated)
     last = check_probs("trace_coherence (trace_last)", trace_last)
-    if stated.shape != last.shape:
+    if p.shape != last.shape:
         raise MetricError("trace_coherence: stated and trace_last differ in length")
-    return float(np.mean(np.abs(stated - last)))
+    return float(np.mean(np.abs(p - last)))
 
 
-def negation_coherence(p: Any, p_neg: Any) -> float:
+def negation_coherence(p: ArrayLike, p_neg: ArrayLike) -> float:
     """Coherence on negation pairs: mean |P(A) + P(¬A) − 1| (0 = the two answers are consistent)."""
-    p = check_probs("negation_coherence (P(A))", p)
+    a = check_probs("negation_coherence (P(A))", p)
     q = check_probs("negation_coherence (P(not A))", p_neg)
-    if p.shape != q.shape:
+    if a.shape != q.shape:
         raise MetricError("negation_coherence: P(A) and P(not A) differ in length")
-    return float(np.mean(np.abs(p + q - 1)))
+    return float(np.mean(np.abs(a + q - 1)))
 
 
 def _negation_pairs(s: StageColumns) -> np.ndarray:

@@ -5,13 +5,13 @@ an undefined one is written (NaN with its reason, ``put``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from ..core.registry import Registry
-from ..stats import MetricError, nan_array, nan_matrix, too_few_for_ci
+from ..stats import Block, MetricError, Record, nan_array, nan_matrix, too_few_for_ci
 
 
 def check_probs(name: str, p: ArrayLike, min_n: int = 1) -> np.ndarray:
@@ -76,7 +76,7 @@ class StageColumns:
     seed: int
 
     @classmethod
-    def from_records(cls, records: list[dict[str, Any]], n_bootstrap: int, level: float,
+    def from_records(cls, records: list[Record], n_bootstrap: int, level: float,
                      seed: int) -> StageColumns:
         """The columns of a stage's eval records (unparsed None → NaN, ragged snap draws padded)."""
         y, stated, prior, post, cut, last, bayes = [
@@ -123,7 +123,7 @@ class Metric:
     COLUMNS), as a reward declares its inputs. It applies where the stage has every one of them (a
     negation column only where the eval asked negations); its function sees only those (Reads)."""
     keys: tuple[str, ...]
-    fn: Callable[[StageColumns], Any]
+    fn: Callable[[StageColumns], object]
     reads: tuple[str, ...]
 
     def __post_init__(self) -> None:
@@ -134,19 +134,19 @@ class Metric:
     def applies(self, s: StageColumns) -> bool:
         return all(getattr(s, c) is not None for c in self.reads)
 
-    def compute(self, s: StageColumns) -> Any:
+    def compute(self, s: StageColumns) -> object:
         return self.fn(Reads(s, self.reads))   # type: ignore[arg-type]
 
 
 class Reads:
     """A stage's columns as one metric sees them: those it declares, the masks made of them
-    (``ok``: stated; ``pair``: prior, post; ``trace_pair``) and the bootstrap settings. Any other
+    (``ok``: stated; ``pair``: prior, post; ``trace_pair``) and the bootstrap settings. Every other
     column is an error naming it: a declaration the function does not keep fails its first test."""
 
     def __init__(self, s: StageColumns, reads: tuple[str, ...]):
         self._s, self._reads = s, reads
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         need = () if name in SETTINGS else MASKS.get(name, (name,))
         missing = [c for c in need if c not in self._reads]
         if missing:
@@ -174,11 +174,14 @@ class Declared:
 DECLARED: Registry = Registry("metric")
 
 
-def stage_metric(*keys: str, reads: tuple[str, ...], column: Column | None = None) -> Callable:
+MetricFn = TypeVar("MetricFn", bound=Callable[[StageColumns], object])
+
+
+def stage_metric(*keys: str, reads: tuple[str, ...], column: Column | None = None) -> Callable[[MetricFn], MetricFn]:
     """Register the decorated function of the stage's columns (``Reads``) as the metric writing
     ``keys`` (a value, or a dict of them), computed for every stage that has the columns it
     ``reads``; with a ``column`` the runs table shows its first key."""
-    def register(fn: Callable[[StageColumns], Any]) -> Callable[[StageColumns], Any]:
+    def register(fn: MetricFn) -> MetricFn:
         DECLARED.add(keys[0], Declared(Metric(tuple(keys), fn, tuple(reads)), column))
         return fn
     return register
@@ -198,7 +201,7 @@ def ci_note(ci: tuple[float, float], n: int) -> str | None:
     return None
 
 
-def put(metric: Metric, s: StageColumns, out: dict[str, Any], undefined: dict[str, str]) -> None:
+def put(metric: Metric, s: StageColumns, out: Block, undefined: dict[str, str]) -> None:
     """Store the metric's value (a dict is merged, its ``undefined`` too) or, where it is undefined,
     NaN under each of its keys ([NaN, NaN] for an interval) with the reason."""
     try:

@@ -4,11 +4,9 @@ questions and the model's paired ΔBrier against it. Questions without a crowd v
 never guessed."""
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from ..stats import MetricError, bootstrap_ci, too_few_for_ci
+from ..stats import Block, MetricError, bootstrap_ci, too_few_for_ci
 from ..stats.effects import brier_effect
 from . import Column, stage_metric
 
@@ -18,18 +16,19 @@ VERSUS_KEYS = ("crowd_delta_brier", "crowd_delta_brier_ci", "crowd_n_paired", "c
 
 
 @stage_metric(*CROWD_KEYS, reads=("crowd", "y"), column=Column("crowd Brier", 4))
-def crowd_brier(s) -> dict[str, Any]:
+def crowd_brier(s) -> Block:
     """crowd_brier = mean (y − crowd P)² over the questions with a crowd value (crowd_n; crowd_missing
     without one), with its bootstrap CI."""
     has = ~np.isnan(s.crowd)
     crowd, y = s.crowd[has], s.y[has]
     if not has.any():
         raise MetricError("crowd_brier: no question has a crowd value")
-    out: dict[str, Any] = {"crowd_n": int(has.sum()), "crowd_missing": int((~has).sum()),
-                           "crowd_brier": float(np.mean((y - crowd) ** 2)), "undefined": {}}
+    undefined: dict[str, str] = {}
+    out: Block = {"crowd_n": int(has.sum()), "crowd_missing": int((~has).sum()),
+                  "crowd_brier": float(np.mean((y - crowd) ** 2)), "undefined": undefined}
     if (why := too_few_for_ci(len(y))):
         out["crowd_brier_ci"] = [float("nan")] * 2
-        out["undefined"]["crowd_brier_ci"] = f"crowd_brier_ci: {why}"
+        undefined["crowd_brier_ci"] = f"crowd_brier_ci: {why}"
     else:
         lo, hi = bootstrap_ci((y, crowd), lambda a, b: np.mean((a - b) ** 2), s.n_bootstrap, s.level, s.seed)
         out["crowd_brier_ci"] = [float(lo), float(hi)]
@@ -37,7 +36,7 @@ def crowd_brier(s) -> dict[str, Any]:
 
 
 @stage_metric(*VERSUS_KEYS, reads=("crowd", "stated", "y"), column=Column("ΔBrier vs crowd", 4, signed=True))
-def model_vs_crowd(s) -> dict[str, Any]:
+def model_vs_crowd(s) -> Block:
     """crowd_delta_brier = mean over questions with a stated P and a crowd value of (y − stated P)² −
     (y − crowd P)², with the paired battery (bootstrap CI, paired t, Wilcoxon, share the model wins)."""
     both = s.ok & ~np.isnan(s.crowd)

@@ -2,33 +2,33 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..core.lazy import module
-from ..stats import MetricError, nan_array, nan_matrix
+from ..stats import Block, MetricError, Record, nan_array, nan_matrix
 from .calibration import brier
 from .martingale import delta_brier_ci, martingale_fit
 
 stats = module("scipy.stats")   # imported on first use (martingale.core.lazy)
 
-def entrenched(first: Any, last: Any) -> np.ndarray:
+def entrenched(first: ArrayLike, last: ArrayLike) -> np.ndarray:
     """Per episode: did the human move further to the side of ½ it started on, (last − first)·
     sign(first − ½) > 0 (the research log's "30/48 entrenched")."""
-    first, last = np.asarray(first, dtype=float), np.asarray(last, dtype=float)
-    return (last - first) * np.sign(first - 0.5) > 0
+    a, b = np.asarray(first, dtype=float), np.asarray(last, dtype=float)
+    return (b - a) * np.sign(a - 0.5) > 0
 
 
-def _ms_bayes(records: list[dict[str, Any]]) -> float:
+def _ms_bayes(records: list[Record]) -> float:
     """The Bayes human's MS first → last; a real question (a chat episode) has no oracle."""
     if any(r.get("bayes_turns") is None for r in records):
         raise MetricError("ms_bayes: real questions have no Bayes oracle (a chat episode)")
     return martingale_fit([r["bayes_turns"][0] for r in records], [r["bayes_turns"][-1] for r in records])["ms"]
 
 
-def episode_metrics(records: list[dict[str, Any]], n_bootstrap: int = 1000, level: float = 0.95,
-                    seed: int = 0) -> dict[str, Any]:
+def episode_metrics(records: list[Record], n_bootstrap: int = 1000, level: float = 0.95,
+                    seed: int = 0) -> Block:
     """A simulate stage's episode block, over episodes whose first and last P both parsed:
     entrenched share (k of n), Brier of the first P, ΔBrier = Brier(last) − Brier(first) with its
     CI, the Bayes human's MS (the exact belief of the evidence the human held, first → last: what a
@@ -37,7 +37,7 @@ def episode_metrics(records: list[dict[str, Any]], n_bootstrap: int = 1000, leve
     last = nan_array([r["posterior"] for r in records])
     y = np.array([r["y"] for r in records], dtype=float)
     ok = np.isfinite(first) & np.isfinite(last)
-    out: dict[str, Any] = {"n_episodes": len(records), "n_entrenched": int(entrenched(first[ok], last[ok]).sum())}
+    out: Block = {"n_episodes": len(records), "n_entrenched": int(entrenched(first[ok], last[ok]).sum())}
     undefined: dict[str, str] = {}
     def entrenched_share() -> float:
         if not ok.any():

@@ -2,16 +2,14 @@
 of reasoning, the trace's MS and the de-attenuated MS; every stage metric is registered here."""
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from numpy.typing import ArrayLike
 
 from ..core.lazy import module
-from ..stats import MetricError, bootstrap_ci, ms_regression, ms_slope, too_few_for_ci
+from ..stats import Block, MetricError, bootstrap_ci, ms_regression, ms_slope, too_few_for_ci
 from ..stats.deattenuation import DEATT_KEYS, deattenuate
 from .calibration import brier, squared_errors
-from .core import StageColumns, _pair, check_probs, ci_note, share, stage_metric
+from .core import StageColumns, _pair, check_probs, ci_note, column, share, stage_metric
 
 stats = module("scipy.stats")   # imported on first use (martingale.core.lazy)
 
@@ -99,17 +97,18 @@ def _posterior_parse_rate(s: StageColumns) -> float:
 
 
 @stage_metric(*MS_FIT_KEYS, reads=("prior", "post"))
-def _fit(s: StageColumns) -> dict[str, Any]:
+def _fit(s: StageColumns) -> Block:
     """MS = OLS slope of Δ = posterior − prior on (prior − ½), with linR², ρ, σ_post/σ_prior and
     mean |Δ|; ρ is undefined (NaN, with the reason) for a constant posterior."""
-    fit: dict[str, Any] = martingale_fit(s.prior[s.pair], s.post[s.pair])
+    fit = martingale_fit(s.prior[s.pair], s.post[s.pair])
+    out: Block = {**fit}
     if np.isnan(fit["rho"]):
-        fit["undefined"] = {"rho": "martingale_fit: constant posterior (σ_post = 0): ρ is undefined"}
-    return fit
+        out["undefined"] = {"rho": "martingale_fit: constant posterior (σ_post = 0): ρ is undefined"}
+    return out
 
 
 @stage_metric("ms_identity_gap", "ms_identity_gap_ci", reads=("prior", "post"))
-def _identity_gap(s: StageColumns) -> dict[str, Any]:
+def _identity_gap(s: StageColumns) -> dict[str, float | list[float]]:
     """The log's identity checked on the stage's own pairs: gap = MS − (ρ·σ_post/σ_prior − 1), to
     1e-9 (exact for an OLS slope; a gap means the MS was not the slope of these pairs). An identity
     has no sampling error: its interval is [gap, gap]."""
@@ -184,7 +183,7 @@ def _ms_trace_ci(s: StageColumns) -> list[float]:
 
 
 @stage_metric(*DEATT_KEYS, reads=("prior", "post", "draws"))
-def _deattenuated(s: StageColumns) -> dict[str, Any]:
+def _deattenuated(s: StageColumns) -> Block:
     """De-attenuated MS from the snap prior re-draws: MS_adj = β_obs / reliability − 1 and
     MS_iv = Cov(z, posterior) / Cov(z, prior) − 1 (see ``deattenuation``)."""
-    return deattenuate(s.prior, s.post, s.draws, s.n_bootstrap, s.level, s.seed)
+    return deattenuate(s.prior, s.post, column(s.draws, "draws"), s.n_bootstrap, s.level, s.seed)

@@ -1,12 +1,10 @@
 """Both reads side by side (beliefs/forced.py): the verbal `P = X` and the forced next-token read."""
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from ..core.lazy import module
-from ..stats import nan_array
+from ..stats import Block, Record, nan_array
 from .core import DECLARED, StageColumns, put
 
 stats = module("scipy.stats")   # imported on first use (martingale.core.lazy)
@@ -14,25 +12,25 @@ stats = module("scipy.stats")   # imported on first use (martingale.core.lazy)
 READ_KEYS = ("parse_rate", "n_pairs", "brier", "brier_ci", "mean_p", "ms", "ms_ci", "rho", "sigma_ratio")
 
 
-def _mean_of(values: list[Any]) -> float:
+def _mean_of(values: list[float | None]) -> float:
     arr = nan_array(values)
     return float(np.nanmean(arr)) if np.isfinite(arr).any() else float("nan")
 
 
-def read_metrics(records: list[dict[str, Any]], n_bootstrap: int, level: float, seed: int,
-                 undefined: dict[str, str] | None = None) -> dict[str, Any]:
+def read_metrics(records: list[Record], n_bootstrap: int, level: float, seed: int,
+                 undefined: dict[str, str] | None = None) -> Block:
     """Both reads side by side (beliefs/forced.py), for a stage whose records carry them: per read
     ``verbal_<k>`` / ``forced_<k>`` for k in READ_KEYS (parse_rate of the forced read = the share
     of answers whose valid tokens held at least prompts.forced_min_mass); ``forced_mass`` = mean
     share of the next-token mass on valid answer tokens (stated P), ``forced_prior_mass`` the
     same for the prior; ``read_coherence`` = mean |verbal stated P − forced stated P| over the
     answers both reads parsed, ``n_read_pairs`` of them."""
-    out: dict[str, Any] = {}
+    out: Block = {}
     for read in ("verbal", "forced"):
         cols = [{**r, "prior": r[f"prior_{read}"], "posterior": r[f"posterior_{read}"],
                  "stated": r[f"stated_{read}"]} for r in records]
         s = StageColumns.from_records(cols, n_bootstrap, level, seed)
-        block: dict[str, Any] = {}
+        block: Block = {}
         why: dict[str, str] = {}
         for metric in (d.metric for d in DECLARED.values()):
             if metric.applies(s) and set(metric.keys) & set(READ_KEYS):

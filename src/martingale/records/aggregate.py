@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Mapping, NotRequired, Optional, TypedDict
 
+from ..core.jsonvalue import Json, JsonObject
 from ..core.typed import typed
 from ..plan import config_hash
 from ..stages.section import EvalConfig
+from ..stats import Block, Record
 from ..stats.effects import EffectError, beat_counts, paired_effect, replicate_summary, undefined_effect
 from ..stats.seeds import combine_seeds, only_block, seed_blocks, seed_values, with_seed_blocks
 from ..store import files
@@ -22,12 +24,24 @@ from .eval_schema import check_eval
 from .plots import write_plots
 
 
+class EvalEntry(TypedDict):
+    """One eval a run gathers: its stage and seed, its folder, the model stage it read, its own id."""
+    stage: str
+    seed: int
+    dir: Path | str
+    model_stage: NotRequired[Optional[str]]
+    eval_stage: NotRequired[Optional[str]]
+
+
+Key = tuple[str, int]      # (stage, seed)
+
+
 def _stage_order(name: str) -> tuple[int, str]:
     return (int(name[1:]) if name[1:].isdigit() else 10**6, name)
 
 
-def stage_block(per_seed: dict[int, dict[str, Any]], records: dict, stage: str,
-                resolved_cfg: dict[str, Any]) -> dict[str, Any]:
+def stage_block(per_seed: dict[int, JsonObject], records: dict[Key, list[Record]], stage: str,
+                resolved_cfg: JsonObject) -> Block:
     """A stage's eval.json block: its seeds' metrics (combine_seeds) and, for several seeds, the
     ``crossed`` question covariance of the metrics a finding reads (records/crossed.py)."""
     n_boot = int((resolved_cfg.get("eval") or {}).get("n_bootstrap", 1000))
@@ -35,9 +49,11 @@ def stage_block(per_seed: dict[int, dict[str, Any]], records: dict, stage: str,
     return {**combine_seeds(per_seed), **({"crossed": crossed} if crossed else {})}
 
 
-def _load(evals: list[dict[str, Any]]) -> tuple[dict, dict, dict]:
+def _load(evals: list[EvalEntry]) -> tuple[dict[Key, JsonObject], dict[Key, list[Record]], dict[Key, Optional[str]]]:
     """(stage, seed) → metrics, (stage, seed) → records (completions dropped), (stage, seed) → eval id."""
-    metrics, records, ids = {}, {}, {}
+    metrics: dict[Key, JsonObject] = {}
+    records: dict[Key, list[Record]] = {}
+    ids: dict[Key, Optional[str]] = {}
     for e in sorted(evals, key=lambda e: (_stage_order(e["stage"]), int(e["seed"]))):
         d, key = Path(e["dir"]), (e["stage"], int(e["seed"]))
         metrics[key] = files.read_json(d / "metrics.json")
@@ -56,12 +72,20 @@ def _parent_seed(stage: str, seed: int, parent_keys: set[tuple[str, int]]) -> in
     return seeds[0] if seeds else None
 
 
-def compare(child: dict, parent: dict, child_ids: dict, parent_ids: dict, stage: str, parent_stage: str,
-            n_bootstrap: int, level: float) -> dict[str, Any] | None:
+def _delta(block: Block, part: str) -> object:
+    """A seed's Δ of one part of its paired effect (None where the part is absent)."""
+    value = block.get(part)
+    return value.get("delta") if isinstance(value, dict) else None
+
+
+def compare(child: dict[Key, list[Record]], parent: dict[Key, list[Record]], child_ids: dict[Key, Optional[str]],
+            parent_ids: dict[Key, Optional[str]], stage: str, parent_stage: str,
+            n_bootstrap: int, level: float) -> Block | None:
     """The paired effect of the child's ``stage`` against the parent's ``parent_stage`` (same seed,
     else the parent's replicate; see _parent_seed): each seed's block under per_seed beside the
     spread and the counts (stats/seeds.py). None when the parent has no such stage."""
-    per_seed: dict[int, dict[str, Any]] = {}
+    per_seed: dict[int, Block] = {}
+    pseeds: dict[int, int] = {}
     for seed in sorted(s for st, s in child if st == stage):
         pseed = _parent_seed(parent_stage, seed, set(parent))
         if pseed is None:
@@ -74,11 +98,12 @@ def compare(child: dict, parent: dict, child_ids: dict, parent_ids: dict, stage:
         block.update(stage=stage, parent_stage=parent_stage, parent_seed=pseed,
                      same_eval_stage=eval_id is not None and eval_id == parent_ids.get((parent_stage, pseed)))
         per_seed[seed] = block
+        pseeds[seed] = pseed
     summary = replicate_summary(per_seed)
     seeds = sorted(per_seed)
     crossed = effect_crossed([child[(stage, s)] for s in seeds],
-                             [parent[(parent_stage, per_seed[s]["parent_seed"])] for s in seeds],
-                             {part: [(per_seed[s].get(part) or {}).get("delta") for s in seeds] for part in ("brier", "ms")},
+                             [parent[(parent_stage, pseeds[s])] for s in seeds],
+                             {part: [_delta(per_seed[s], part) for s in seeds] for part in ("brier", "ms")},
                              seeds, n_bootstrap)
     return with_seed_blocks(per_seed, stage=stage, parent_stage=parent_stage,
                             same_eval_stage=all(b["same_eval_stage"] for b in per_seed.values()), **summary,
@@ -90,10 +115,11 @@ def compares(stage: str, parent_stage: str) -> str:
     return f"{stage} vs parent {parent_stage}"
 
 
-def stage_effects(child: dict, parent: dict, child_ids: dict, parent_ids: dict, stage_order: list[str],
-                  n_bootstrap: int, level: float) -> dict[str, dict[str, Any]]:
+def stage_effects(child: dict[Key, list[Record]], parent: dict[Key, list[Record]], child_ids: dict[Key, Optional[str]],
+                  parent_ids: dict[Key, Optional[str]], stage_order: list[str],
+                  n_bootstrap: int, level: float) -> dict[str, Block]:
     """Per stage both runs have: the child's stage against the parent's stage of the same name."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, Block] = {}
     for stage in stage_order:
         eff = compare(child, parent, child_ids, parent_ids, stage, stage, n_bootstrap, level)
         if eff is not None:
@@ -101,7 +127,7 @@ def stage_effects(child: dict, parent: dict, child_ids: dict, parent_ids: dict, 
     return out
 
 
-def headline(final: dict[str, Any] | None) -> dict[str, Any] | None:
+def headline(final: Mapping[str, Json] | None) -> Block | None:
     """The runs table's effect: the child's final stage against the parent's final stage — what
     the knob changed (effect, CI, p). None when it is undefined or both read the same eval (a knob
     that changes no stage: Δ ≡ 0 by construction is no finding)."""
@@ -125,10 +151,10 @@ def headline(final: dict[str, Any] | None) -> dict[str, Any] | None:
             "ms_delta": m.get("delta"), "ms_ci": m.get("ci"), "p_perm_ms": m.get("p_perm")}
 
 
-def forest_rows(effects: dict[str, dict[str, Any]], final: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+def forest_rows(effects: Mapping[str, Block], final: Mapping[str, Json] | None) -> dict[str, Mapping[str, object]]:
     """The effect forest's rows, final-vs-final first (labelled ``s1 vs parent s0``), then every
     same-named stage not already shown."""
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[str, Mapping[str, object]] = {}
     if final is not None:
         rows[compares(final["stage"], final["parent_stage"])] = final
     for stage, eff in effects.items():
@@ -137,8 +163,8 @@ def forest_rows(effects: dict[str, dict[str, Any]], final: dict[str, Any] | None
     return rows
 
 
-def knob_effect(records: dict, ids: dict, stage_order: list[str], parent_evals: list[dict[str, Any]],
-                eval_cfg: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, Any] | None]:
+def knob_effect(records: dict[Key, list[Record]], ids: dict[Key, Optional[str]], stage_order: list[str],
+                parent_evals: list[EvalEntry], eval_cfg: JsonObject) -> tuple[dict[str, Block], Block | None]:
     """(per-stage effects, final): every stage both runs have against the parent's stage of that
     name, and the child's final stage against the parent's final stage (what the knob changed)."""
     _, p_records, p_ids = _load(parent_evals)
@@ -151,8 +177,8 @@ def knob_effect(records: dict, ids: dict, stage_order: list[str], parent_evals: 
     return effects, final
 
 
-def _counts(by_stage: dict[str, dict[int, dict]], stage: str, eff: dict[str, Any] | None,
-            natural: dict[int, dict] | None = None) -> dict[str, Any]:
+def _counts(by_stage: dict[str, dict[int, JsonObject]], stage: str, eff: Mapping[str, Json] | None,
+            natural: dict[int, JsonObject] | None = None) -> dict[str, dict[str, int] | None]:
     """beats start / constant / the natural base, full deflation (k of n seeds), and beats parent
     from the stage's paired effect."""
     counts = beat_counts(by_stage[stage], by_stage.get("s0") if stage != "s0" else None, natural)
@@ -163,10 +189,10 @@ def _counts(by_stage: dict[str, dict[int, dict]], stage: str, eff: dict[str, Any
     return counts
 
 
-def _pooled(records: dict) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
+def _pooled(records: dict[Key, list[Record]]) -> tuple[dict[str, list[Record]], list[Record]]:
     """Records tagged with stage and seed: per stage (for the plots), and all in stage/seed order."""
-    pooled: dict[str, list[dict[str, Any]]] = {}
-    all_records: list[dict[str, Any]] = []
+    pooled: dict[str, list[Record]] = {}
+    all_records: list[Record] = []
     for (stage, seed), rows in sorted(records.items(), key=lambda kv: (_stage_order(kv[0][0]), kv[0][1])):
         tagged = [{**r, "stage": stage, "seed": seed} for r in rows]
         pooled.setdefault(stage, []).extend(tagged)
@@ -174,10 +200,10 @@ def _pooled(records: dict) -> tuple[dict[str, list[dict[str, Any]]], list[dict[s
     return pooled, all_records
 
 
-def transcripts(records: dict) -> dict[str, list[dict[str, Any]]]:
+def transcripts(records: dict[Key, list[Record]]) -> dict[str, list[Block]]:
     """Chat episodes' transcripts per stage (seed, question, lean, outcome, every message with its
     reads), as the research log's transcript pages read; empty for runs without chat episodes."""
-    out: dict[str, list[dict[str, Any]]] = {}
+    out: dict[str, list[Block]] = {}
     for (stage, seed), rows in sorted(records.items(), key=lambda kv: (_stage_order(kv[0][0]), kv[0][1])):
         for r in rows:
             if "transcript" in r:
@@ -186,10 +212,10 @@ def transcripts(records: dict) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def stage_provenance(evals: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def stage_provenance(evals: list[EvalEntry]) -> dict[str, JsonObject]:
     """{stage id: its provenance.json} for each eval folder read and the folder of the model it
     evaluated (its store sibling ``<store>/<kind>/<model_stage>``), where one was recorded."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, JsonObject] = {}
     for e in evals:
         d = Path(e["dir"])
         folders = {e.get("eval_stage") or d.name: d}
@@ -204,18 +230,18 @@ def stage_provenance(evals: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return dict(sorted(out.items()))
 
 
-def eval_provenance(evals: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def eval_provenance(evals: list[EvalEntry]) -> dict[str, dict[str, dict[str, Optional[str]]]]:
     """eval.json's ``provenance``: stage → seed → its model stage and eval stage ids."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, dict[str, dict[str, Optional[str]]]] = {}
     for e in evals:
         out.setdefault(e["stage"], {})[str(e["seed"])] = {"model_stage": e["model_stage"], "eval_stage": e["eval_stage"]}
     return out
 
 
-def write_run_results(run_id: str, resolved_cfg: dict[str, Any], lineage: list[dict[str, Any]],
-                      evals: list[dict[str, Any]], out_dir: Path | str,
-                      parent_evals: list[dict[str, Any]] | None = None, plots: bool = True,
-                      natural_evals: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def write_run_results(run_id: str, resolved_cfg: JsonObject, lineage: list[JsonObject],
+                      evals: list[EvalEntry], out_dir: Path | str,
+                      parent_evals: list[EvalEntry] | None = None, plots: bool = True,
+                      natural_evals: list[EvalEntry] | None = None) -> Block:
     """evals: [{stage, seed, dir, model_stage, eval_stage}] → results/<run-id>/{config.yaml,
     lineage.json, records.jsonl, plots/*.png, eval.json}.
 
@@ -234,7 +260,7 @@ def write_run_results(run_id: str, resolved_cfg: dict[str, Any], lineage: list[d
     out = Path(out_dir)
     metrics, records, ids = _load(evals)
     stage_order = sorted({st for st, _ in metrics}, key=_stage_order)
-    by_stage: dict[str, dict[int, dict[str, Any]]] = {}
+    by_stage: dict[str, dict[int, JsonObject]] = {}
     for (stage, seed), m in metrics.items():
         by_stage.setdefault(stage, {})[seed] = m
     stages = {name: stage_block(by_stage[name], records, name, resolved_cfg) for name in stage_order}
@@ -255,7 +281,7 @@ def write_run_results(run_id: str, resolved_cfg: dict[str, Any], lineage: list[d
         "stage_order": stage_order, "stages": stages, "provenance": eval_provenance(evals),
         "stage_provenance": ran_with,
         "effect": {"parent": parent, "knob": knob,
-                   "compares": compares(final["stage"], final["parent_stage"]) if final else None,
+                   "compares": compares(str(final["stage"]), str(final["parent_stage"])) if final else None,
                    "final": final, "headline": headline(final)}
         if parent_evals else None,
     }

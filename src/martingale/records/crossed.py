@@ -5,16 +5,18 @@ with it, so a finding's interval holds the question noise its seeds share.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Callable, Optional, Sequence, TypeVar
 
 import numpy as np
 
+from ..core.jsonvalue import JsonObject
 from ..metrics import StageColumns
 from ..metrics import resampled as stat
+from ..stats import Block, Record
 from ..stats.crossed import QUESTION_STREAM, joint_draws, mean_tails, resample_weights
 
 
-def _question_ids(*row_lists: list[dict[str, Any]]) -> list[str]:
+def _question_ids(*row_lists: list[Record]) -> list[str]:
     """Every question any of the lists holds, in the order first seen."""
     seen: dict[str, None] = {}
     for rows in row_lists:
@@ -23,7 +25,7 @@ def _question_ids(*row_lists: list[dict[str, Any]]) -> list[str]:
     return list(seen)
 
 
-def _columns(rows: list[dict[str, Any]], qids: list[str], labels: dict[str, int]) -> StageColumns:
+def _columns(rows: list[Record], qids: list[str], labels: dict[str, int]) -> StageColumns:
     """One seed's columns on ``qids`` in that order; a question it lacks reads as unparsed (NaN)."""
     by_qid = {r["qid"]: r for r in rows}
     blank = {"stated": None, "prior": None, "posterior": None, "bayes_end": None}
@@ -31,14 +33,14 @@ def _columns(rows: list[dict[str, Any]], qids: list[str], labels: dict[str, int]
     return StageColumns.from_records(filled, 0, 0.95, 0)
 
 
-def _aligned(row_lists: list[list[dict[str, Any]]]) -> tuple[int, list[StageColumns]]:
+def _aligned(row_lists: list[list[Record]]) -> tuple[int, list[StageColumns]]:
     """(n questions, each list's columns on the same questions)."""
     qids = _question_ids(*row_lists)
     labels = {r["qid"]: r["y"] for rows in row_lists for r in rows}
     return len(qids), [_columns(rows, qids, labels) for rows in row_lists]
 
 
-def _block(draws: Optional[np.ndarray], n: int) -> Optional[dict[str, Any]]:
+def _block(draws: Optional[np.ndarray], n: int) -> Optional[Block]:
     """The seeds' question covariance, the quantiles of their mean and the question count."""
     if draws is None:
         return None
@@ -46,7 +48,7 @@ def _block(draws: Optional[np.ndarray], n: int) -> Optional[dict[str, Any]]:
     return {"cov": [[float(v) for v in row] for row in cov], "n_questions": n, "mean_tails": mean_tails(draws)}
 
 
-def _finite(values: list[Any]) -> bool:
+def _finite(values: Sequence[object]) -> bool:
     """A value for every seed, each a finite number (none missing, null or NaN)."""
     return bool(values) and all(isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) for v in values)
 
@@ -59,8 +61,8 @@ def _rng(seeds: list[int]) -> np.random.Generator:
     return np.random.default_rng([QUESTION_STREAM, *seeds])
 
 
-def stage_crossed(rows: dict[int, list[dict[str, Any]]], metrics: dict[int, dict[str, Any]],
-                  n_bootstrap: int) -> dict[str, dict[str, Any]]:
+def stage_crossed(rows: dict[int, list[Record]], metrics: dict[int, JsonObject],
+                  n_bootstrap: int) -> dict[str, Block]:
     """{metric: {cov, n_questions, mean_tails}} for each metric of ``metrics.resampled.STAGE`` that every seed
     of the stage has: the k × k covariance of the seeds' values under the questions resampled jointly
     (seeds in sorted order). Empty for one seed."""
@@ -78,8 +80,8 @@ def stage_crossed(rows: dict[int, list[dict[str, Any]]], metrics: dict[int, dict
     return out
 
 
-def effect_crossed(child: list[list[dict[str, Any]]], parent: list[list[dict[str, Any]]],
-                   deltas: dict[str, list[Any]], seeds: list[int], n_bootstrap: int) -> dict[str, dict[str, Any]]:
+def effect_crossed(child: list[list[Record]], parent: list[list[Record]],
+                   deltas: dict[str, list[object]], seeds: list[int], n_bootstrap: int) -> dict[str, Block]:
     """{part: {cov, n_questions, mean_tails}} for each part of the paired effect (``brier``, ``ms``) whose every
     seed has a delta: child seed i against its parent's records ``parent[i]`` (the same seed, or the
     parent's replicate), the questions resampled jointly for every seed, child and parent alike."""
@@ -106,6 +108,9 @@ def _paired(fn: Callable[[StageColumns, StageColumns, np.ndarray], np.ndarray]) 
     return lambda pair, w: fn(pair[0], pair[1], w)
 
 
-def _each(fn: Callable[[Any, np.ndarray], np.ndarray], seeds: list[Any]) -> Callable[[np.ndarray], np.ndarray]:
+Columns = TypeVar("Columns")      # a seed's columns: StageColumns, or a (child, parent) Pair
+
+
+def _each(fn: Callable[[Columns, np.ndarray], np.ndarray], seeds: list[Columns]) -> Callable[[np.ndarray], np.ndarray]:
     """The B × k statistic: ``fn`` of each seed's columns under the same weights."""
     return lambda w: np.stack([fn(c, w) for c in seeds], axis=1)

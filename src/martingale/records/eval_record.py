@@ -7,11 +7,11 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Optional, Union
 
+from ..core.jsonvalue import Json
 from .eval_schema import EvalSchemaError, check_eval
 
-Json = Any      # a value straight from json.loads, its shape checked by the schema
 Interval = tuple[float, float]
 
 
@@ -47,7 +47,7 @@ class Spread:
 
 @dataclass(frozen=True)
 class SeedList:
-    """Any other metric over the seeds (definitions/seed_list): each seed's value as written."""
+    """A non-numeric metric over the seeds (definitions/seed_list): each seed's value as written."""
     per_seed: list[Json]
 
 

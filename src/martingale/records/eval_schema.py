@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Callable
+from typing import Callable
+
+from ..core.jsonvalue import Json, JsonObject
 
 
 class EvalSchemaError(ValueError):
@@ -14,12 +16,12 @@ class EvalSchemaError(ValueError):
 
 
 @lru_cache(maxsize=1)
-def eval_schema() -> dict[str, Any]:
+def eval_schema() -> JsonObject:
     """eval.schema.json as a dict."""
     return json.loads(resources.files(__package__).joinpath("eval.schema.json").read_text(encoding="utf-8"))
 
 
-def eval_errors(evals: Any) -> list[str]:
+def eval_errors(evals: Json) -> list[str]:
     """Every violation as '<path>: <message>' (empty: valid)."""
     from jsonschema import Draft7Validator
 
@@ -29,12 +31,12 @@ def eval_errors(evals: Any) -> list[str]:
 
 
 @lru_cache(maxsize=1)
-def _compiled() -> Callable[[Any], Any]:
+def _compiled() -> Callable[[Json], object]:
     import fastjsonschema
     return fastjsonschema.compile(eval_schema())
 
 
-def check_eval(evals: Any, where: str = "eval.json") -> None:
+def check_eval(evals: Json, where: str = "eval.json") -> None:
     """Raise EvalSchemaError naming ``where`` and the first violation, if ``evals`` breaks the schema."""
     import fastjsonschema
     try:

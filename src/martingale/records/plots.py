@@ -26,14 +26,15 @@ from __future__ import annotations
 import io
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
+from ..core.jsonvalue import Json, JsonObject
 from ..core.lazy import module
 from ..metrics import N_BINS, calibration_bins
+from ..stats import Record, nan_matrix
 from ..stats import nan_array as _arr
-from ..stats import nan_matrix
 from ..stats.seeds import is_spread, only_seed, seed_blocks, seed_values
 from ..store.files import write_bytes
 
@@ -60,7 +61,7 @@ def _save(fig: Figure, path: Path) -> Path:
     return Path(path)
 
 
-def _num(m: dict[str, Any], key: str) -> float:
+def _num(m: Mapping[str, Json], key: str) -> float:
     """A metric's value: the number, or the mean over seeds; NaN when absent or null."""
     v = m.get(key)
     if isinstance(v, dict):
@@ -68,7 +69,7 @@ def _num(m: dict[str, Any], key: str) -> float:
     return float("nan") if v is None or isinstance(v, (list, str, bool)) else float(v)
 
 
-def _ci(m: dict[str, Any], key: str) -> tuple[float, float]:
+def _ci(m: Mapping[str, Json], key: str) -> tuple[float, float]:
     """A metric's CI: its own (one seed); NaNs over several seeds (they show mean ± sd)."""
     v = only_seed(m.get(key))
     if isinstance(v, list) and len(v) == 2 and None not in v:
@@ -76,7 +77,7 @@ def _ci(m: dict[str, Any], key: str) -> tuple[float, float]:
     return float("nan"), float("nan")
 
 
-def _per_seed(m: dict[str, Any], key: str) -> list[float]:
+def _per_seed(m: Mapping[str, Json], key: str) -> list[float]:
     v = m.get(key)
     if is_spread(v):
         return [float("nan") if x is None else float(x) for x in seed_values(v) if not isinstance(x, list)]
@@ -93,7 +94,7 @@ def _panels(n: int, w: float = 3.3, h: float = 3.3, left: float = 0.75) -> tuple
     return fig, list(axes)
 
 
-def _pairs(records: list[dict[str, Any]], a: str, b: str) -> tuple[np.ndarray, np.ndarray]:
+def _pairs(records: list[Record], a: str, b: str) -> tuple[np.ndarray, np.ndarray]:
     x, y = _arr([r.get(a) for r in records]), _arr([r.get(b) for r in records])
     ok = ~np.isnan(x) & ~np.isnan(y)
     return x[ok], y[ok]
@@ -103,12 +104,12 @@ def _fmt(v: float, spec: str = "+.3f") -> str:
     return "n/a" if v is None or np.isnan(v) else format(v, spec)
 
 
-def _suffix(records: list[dict[str, Any]]) -> str:
+def _suffix(records: list[Record]) -> str:
     seeds = sorted({int(r["seed"]) for r in records if r.get("seed") is not None})
     return f" (seeds {', '.join(map(str, seeds))} pooled)" if len(seeds) > 1 else ""
 
 
-def prior_posterior(run_id: str, stage_order: list[str], records: dict[str, list[dict]], path: Path) -> Path:
+def prior_posterior(run_id: str, stage_order: list[str], records: dict[str, list[Record]], path: Path) -> Path:
     """prior_posterior.png: prior vs posterior per stage, with y = x."""
     fig, axes = _panels(len(stage_order))
     for ax, stage in zip(axes, stage_order):
@@ -135,8 +136,8 @@ def _ols_band(x: np.ndarray, y: np.ndarray, grid: np.ndarray, level: float = 0.9
     return fit, yhat, half
 
 
-def delta_vs_prior(run_id: str, stage_order: list[str], records: dict[str, list[dict]],
-                   metrics: dict[str, dict], path: Path) -> Path:
+def delta_vs_prior(run_id: str, stage_order: list[str], records: dict[str, list[Record]],
+                   metrics: Mapping[str, Mapping[str, Json]], path: Path) -> Path:
     """delta_vs_prior.png: Δ against prior − ½ per stage, the OLS line (its slope is MS) and its band."""
     fig, axes = _panels(len(stage_order))
     for ax, stage in zip(axes, stage_order):
@@ -162,8 +163,8 @@ def delta_vs_prior(run_id: str, stage_order: list[str], records: dict[str, list[
     return _save(fig, path)
 
 
-def reliability(run_id: str, stage_order: list[str], records: dict[str, list[dict]],
-                metrics: dict[str, dict], path: Path) -> Path:
+def reliability(run_id: str, stage_order: list[str], records: dict[str, list[Record]],
+                metrics: Mapping[str, Mapping[str, Json]], path: Path) -> Path:
     """reliability.png: observed frequency against mean stated P in bins, per stage."""
     fig, axes = _panels(len(stage_order))
     for ax, stage in zip(axes, stage_order):
@@ -190,7 +191,7 @@ def reliability(run_id: str, stage_order: list[str], records: dict[str, list[dic
     return _save(fig, path)
 
 
-def brier_ms_by_stage(run_id: str, stage_order: list[str], metrics: dict[str, dict], path: Path) -> Path:
+def brier_ms_by_stage(run_id: str, stage_order: list[str], metrics: Mapping[str, Mapping[str, Json]], path: Path) -> Path:
     """brier_ms_by_stage.png: Brier and MS by stage with their CIs (each seed where several)."""
     fig, (ax_b, ax_m) = _panels(2, w=4.2)
     xs = np.arange(len(stage_order))
@@ -225,7 +226,7 @@ def brier_ms_by_stage(run_id: str, stage_order: list[str], metrics: dict[str, di
     return _save(fig, path)
 
 
-def _effect_rows(effects: dict[str, dict], part: str) -> list[tuple[str, float, float, float, str]]:
+def _effect_rows(effects: Mapping[str, Mapping[str, Json]], part: str) -> list[tuple[str, float, float, float, str]]:
     """(label, delta, lo, hi, annotation) per stage (and seed)."""
     rows = []
     for stage, eff in effects.items():
@@ -250,7 +251,7 @@ def _effect_rows(effects: dict[str, dict], part: str) -> list[tuple[str, float, 
     return rows
 
 
-def effect_forest(run_id: str, parent: str | None, knob: str | None, effects: dict[str, dict] | None,
+def effect_forest(run_id: str, parent: str | None, knob: str | None, effects: Mapping[str, Mapping[str, Json]] | None,
                   path: Path) -> Path:
     """effect_forest.png: the knob's paired effect against the parent, per stage and seed."""
     if not effects:
@@ -282,9 +283,9 @@ def effect_forest(run_id: str, parent: str | None, knob: str | None, effects: di
     return _save(fig, path)
 
 
-def write_plots(out_dir: Path | str, run_id: str, stage_order: list[str], records: dict[str, list[dict]],
-                metrics: dict[str, dict], parent: str | None = None, knob: str | None = None,
-                effects: dict[str, dict] | None = None) -> dict[str, Path]:
+def write_plots(out_dir: Path | str, run_id: str, stage_order: list[str], records: dict[str, list[Record]],
+                metrics: Mapping[str, Mapping[str, Json]], parent: str | None = None, knob: str | None = None,
+                effects: Mapping[str, Mapping[str, Json]] | None = None) -> dict[str, Path]:
     """Every figure of a run under out_dir (results/<run-id>/plots): name → path."""
     out = Path(out_dir)
     return {
@@ -305,7 +306,7 @@ def _message(text: str, path: Path) -> Path:
     return _save(fig, path)
 
 
-def _turn_means(records: list[dict], key: str, lean: int) -> np.ndarray:
+def _turn_means(records: list[Record], key: str, lean: int) -> np.ndarray:
     rows = [r[key] for r in records if r.get("lean") == lean and r.get(key)]
     if not rows:
         return np.array([])
@@ -315,8 +316,8 @@ def _turn_means(records: list[dict], key: str, lean: int) -> np.ndarray:
         return np.nanmean(m, axis=0)
 
 
-def belief_by_turn(run_id: str, stage_order: list[str], records: dict[str, list[dict]],
-                   metrics: dict[str, dict], path: Path) -> Path:
+def belief_by_turn(run_id: str, stage_order: list[str], records: dict[str, list[Record]],
+                   metrics: Mapping[str, Mapping[str, Json]], path: Path) -> Path:
     """belief_by_turn.png: the human's mean P across turns by its lean, and MS per stage."""
     if not any(r.get("trajectory") for stage in stage_order for r in records.get(stage, [])):
         return _message(f"{run_id}: a single-agent run, no two-agent episode (eval.kind=simulate plays them)", path)
@@ -357,12 +358,12 @@ def belief_by_turn(run_id: str, stage_order: list[str], records: dict[str, list[
     return _save(fig, path)
 
 
-def _each_seed(value: Any) -> list[Any]:
+def _each_seed(value: object) -> list[Json]:
     """A metric's value per seed (stats.seeds.seed_values); none where the stage lacks it."""
     return seed_values(value) if is_spread(value) else []
 
 
-def episodes_by_mode(runs: dict[str, dict[str, Any]], path: Path) -> Path:
+def episodes_by_mode(runs: dict[str, JsonObject], path: Path) -> Path:
     """The two-agent runs side by side (``runs``: run id → its eval.json): the final stage's MS with
     its CI per run, labelled by mode (left), and the human's mean |P − ½| across turns (right)."""
     rows = []

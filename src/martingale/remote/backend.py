@@ -183,7 +183,7 @@ class LocalBackend(Backend):
 
 
 class FsspecBackend(Backend):
-    """Any fsspec URL. On s3:// the endpoint comes from ``AWS_ENDPOINT_URL`` (MinIO, R2, a local
+    """An fsspec URL. On s3:// the endpoint comes from ``AWS_ENDPOINT_URL`` (MinIO, R2, a local
     server) and the credentials from botocore's usual chain; listings are never cached (another
     machine may have pushed since)."""
 
@@ -243,7 +243,7 @@ class FsspecBackend(Backend):
             raise explain(self.url, e) from None
 
     def _many(self, name: str, args: Sequence[tuple[str, ...]]) -> list[Any]:
-        """``fs.<name>(*a)`` for each a, ``jobs`` at a time (fsspec has no types: Any)."""
+        """``fs.<name>(*a)`` for each a, ``jobs`` at a time (fsspec has no types)."""
         if not args:
             return []
         if getattr(self.fs, "async_impl", False):

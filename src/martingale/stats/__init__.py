@@ -4,13 +4,18 @@ lazy loader, so every statistics module can import it without a cycle.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Callable, Protocol, Sequence, TypeAlias
 
 import numpy as np
+from numpy.typing import NDArray
 
+from ..core.jsonvalue import JsonObject
 from ..core.lazy import module
 
 stats = module("scipy.stats")   # imported on first use (martingale.core.lazy)
+
+Record: TypeAlias = JsonObject   # one question's row as records.jsonl holds it (the eval writes, metrics read)
+Block: TypeAlias = dict[str, object]   # a block of results that metrics.json or eval.json writes
 
 MIN_CI_PAIRS = 10     # fewer questions than this: no bootstrap interval (NaN, with the reason)
 
@@ -20,24 +25,34 @@ class MetricError(ValueError):
 
 
 # ------------------------------------------------------------------------------- None → NaN
-def nan_array(values: Sequence[Any]) -> np.ndarray:
+def nan_array(values: Sequence[float | None]) -> np.ndarray:
     """values as a 1-D float array, None (unparsed) as NaN."""
     return np.array([np.nan if v is None else float(v) for v in values], dtype=float)
 
 
-def nan_matrix(rows: Sequence[Sequence[Any] | None]) -> np.ndarray:
+def nan_matrix(rows: Sequence[Sequence[float | None] | None]) -> np.ndarray:
     """Ragged rows (None = no row) as a rows × longest float array, None and missing cells NaN."""
     k = max((len(r or []) for r in rows), default=0)
     return np.array([[*nan_array(r or []), *[np.nan] * (k - len(r or []))] for r in rows], dtype=float)
 
 
 # ------------------------------------------------------------------------------- the MS slope
-def ols(x: np.ndarray, y: np.ndarray) -> Any:
+class Fit(Protocol):
+    """What the callers read of ``scipy.stats.linregress``'s result."""
+    slope: float
+    intercept: float
+    rvalue: float
+    pvalue: float
+    stderr: float
+
+
+def ols(x: np.ndarray, y: np.ndarray) -> Fit:
     """The OLS fit of y on x (``scipy.stats.linregress``: slope, intercept, rvalue, …)."""
-    return stats.linregress(x, y)
+    fit: Fit = stats.linregress(x, y)
+    return fit
 
 
-def ms_regression(prior: np.ndarray, posterior: np.ndarray) -> Any:
+def ms_regression(prior: np.ndarray, posterior: np.ndarray) -> Fit:
     """The MS regression: OLS of Δ = posterior − prior on (prior − ½); MS is its slope."""
     return ols(prior - 0.5, posterior - prior)
 
@@ -61,10 +76,12 @@ def too_few_for_ci(n: int, unit: str = "questions") -> str | None:
     return None
 
 
-def bootstrap_ci(data: tuple[np.ndarray, ...], statistic: Callable[..., Any], n_resamples: int,
-                 level: float, seed: int, paired: bool = True, vectorized: bool | None = False) -> tuple[Any, Any]:
+def bootstrap_ci(data: tuple[np.ndarray, ...], statistic: Callable[..., object], n_resamples: int,
+                 level: float, seed: int, paired: bool = True,
+                 vectorized: bool | None = False) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Percentile bootstrap (low, high) of statistic(*data), resampling questions (jointly across
     the arrays when paired) with ``default_rng(seed)``; arrays for a vector statistic."""
     res = stats.bootstrap(data, statistic, paired=paired, vectorized=vectorized, n_resamples=n_resamples,
                           confidence_level=level, method="percentile", rng=np.random.default_rng(seed))
-    return res.confidence_interval.low, res.confidence_interval.high
+    low, high = np.asarray(res.confidence_interval.low), np.asarray(res.confidence_interval.high)
+    return low, high

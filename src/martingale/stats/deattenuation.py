@@ -23,11 +23,10 @@ reason in ``deatt_note``; at reliability ≤ 0 MS_adj is NaN with the reason und
 """
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
+from numpy.typing import ArrayLike
 
-from . import MetricError, bootstrap_ci, ols, too_few_for_ci
+from . import Block, MetricError, bootstrap_ci, ols, too_few_for_ci
 
 MIN_RELIABILITY = 0.5   # below this Var(prior) < 2·σ²_meas: the correction is noise-dominated
 
@@ -94,8 +93,8 @@ def _adj_and_iv(prior: np.ndarray, posterior: np.ndarray, extra: np.ndarray) -> 
     return adj, iv
 
 
-def deattenuate(prior: Any, posterior: Any, draws: Any, n_bootstrap: int = 1000, level: float = 0.95,
-                seed: int = 0, min_reliability: float = MIN_RELIABILITY) -> dict[str, Any]:
+def deattenuate(prior: ArrayLike, posterior: ArrayLike, draws: ArrayLike, n_bootstrap: int = 1000, level: float = 0.95,
+                seed: int = 0, min_reliability: float = MIN_RELIABILITY) -> Block:
     """The de-attenuation block for one stage: σ²_meas, Var_q(prior), reliability, MS_adj and
     MS_iv with paired percentile-bootstrap CIs (questions resampled with all their draws).
 
@@ -103,9 +102,12 @@ def deattenuate(prior: Any, posterior: Any, draws: Any, n_bootstrap: int = 1000,
     independent of ``prior`` (NaN = unparsed). Questions without a parsed prior and posterior are
     dropped. Raises MetricError when nothing can be estimated (fewer than 3 pairs, no draws).
     """
-    prior = np.asarray(prior, dtype=float)
-    posterior = np.asarray(posterior, dtype=float)
-    draws = np.asarray(draws, dtype=float)
+    return _deattenuate(np.asarray(prior, dtype=float), np.asarray(posterior, dtype=float),
+                        np.asarray(draws, dtype=float), n_bootstrap, level, seed, min_reliability)
+
+
+def _deattenuate(prior: np.ndarray, posterior: np.ndarray, draws: np.ndarray, n_bootstrap: int, level: float,
+                 seed: int, min_reliability: float) -> Block:
     if draws.ndim != 2 or draws.shape[0] != len(prior) or draws.shape[1] < 1:
         raise MetricError(f"deattenuate: draws must be {len(prior)} questions × K ≥ 1, got {draws.shape}")
     keep = ~np.isnan(prior) & ~np.isnan(posterior)
@@ -127,7 +129,7 @@ def deattenuate(prior: Any, posterior: Any, draws: Any, n_bootstrap: int = 1000,
     if rel < min_reliability:
         note = (f"noise-dominated prior: reliability {rel:.3f} < {min_reliability} (σ²_meas {s2:.4f} vs "
                 f"Var_q(prior) {var_prior:.4f}); the correction divides by a small, noisy number")
-    out: dict[str, Any] = {
+    out: Block = {
         "n_draws": int(draws.shape[1]), "n_deatt": int(len(prior)),
         "sigma2_meas": s2, "var_prior": var_prior, "reliability": rel,
         "ms_adj": float(adj), "ms_iv": float(iv),

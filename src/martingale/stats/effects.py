@@ -23,31 +23,58 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Optional
+from typing import Mapping, Optional, TypedDict
 
 import numpy as np
 from numpy.typing import ArrayLike
 
+from ..core.jsonvalue import JsonObject
 from ..core.lazy import module
-from . import MetricError, bootstrap_ci, ms_slope, nan_array, too_few_for_ci
-from .seeds import seed_spread
+from . import Block, MetricError, Record, bootstrap_ci, ms_slope, nan_array, too_few_for_ci
+from .seeds import SeedSpread, seed_spread
 
 stats = module("scipy.stats")   # imported on first use (martingale.core.lazy)
 
 MIN_PAIRED = 3
 
 
+class Part(TypedDict, total=False):
+    """One part of a paired effect (brier_effect, ms_effect): Δ, its CI, the tests, the reasons."""
+    n: int
+    child: float
+    parent: float
+    delta: float
+    share_child_wins: float
+    share_ties: float
+    ci: list[float]
+    t: float
+    p_t: float
+    wilcoxon: float
+    p_wilcoxon: float
+    p_perm: float
+    undefined: dict[str, str]
+
+
+class Replicates(TypedDict):
+    """A paired effect across seeds (replicate_summary)."""
+    seeds: list[int]
+    brier_delta: SeedSpread
+    ms_delta: SeedSpread
+    beats_parent: dict[str, int] | None
+    beats_parent_ci: dict[str, int] | None
+
+
 class EffectError(ValueError):
     """Child and parent records cannot be paired (they are not the same questions)."""
 
 
-def pair_records(child: list[dict[str, Any]], parent: list[dict[str, Any]]) -> tuple[list[dict], list[dict]]:
+def pair_records(child: list[Record], parent: list[Record]) -> tuple[list[Record], list[Record]]:
     """Child and parent rows of the questions both evaluated, in the child's order, matched by qid.
 
     Raises EffectError when a matched qid resolves differently (y) or carries different evidence
     (a different Bayes belief): the knob changed the questions, so there is nothing to pair.
     """
-    by_qid = {}
+    by_qid: dict[str, Record] = {}
     for r in parent:
         if r["qid"] in by_qid:
             raise EffectError(f"parent records repeat qid {r['qid']!r}")
@@ -81,7 +108,7 @@ def _nan_test(names: tuple[str, ...], why: str, undefined: dict[str, str]) -> fl
 
 
 def brier_effect(y: ArrayLike, p_child: ArrayLike, p_parent: ArrayLike, n_bootstrap: int = 1000, level: float = 0.95,
-                 seed: int = 0) -> dict[str, Any]:
+                 seed: int = 0) -> Part:
     """ΔBrier = mean over paired questions of (y − p_child)² − (y − p_parent)², with its battery."""
     y, pc, pp = (np.asarray(a, dtype=float) for a in (y, p_child, p_parent))
     if not (y.shape == pc.shape == pp.shape) or y.ndim != 1:
@@ -94,7 +121,7 @@ def brier_effect(y: ArrayLike, p_child: ArrayLike, p_parent: ArrayLike, n_bootst
     lc, lp = (y - pc) ** 2, (y - pp) ** 2
     d = lc - lp
     undefined: dict[str, str] = {}
-    out: dict[str, Any] = {
+    out: Part = {
         "n": n, "child": float(lc.mean()), "parent": float(lp.mean()), "delta": float(d.mean()),
         "share_child_wins": float(np.mean(d < 0)), "share_ties": float(np.mean(d == 0)),
     }
@@ -126,7 +153,7 @@ def brier_effect(y: ArrayLike, p_child: ArrayLike, p_parent: ArrayLike, n_bootst
 
 
 def ms_effect(prior_c: ArrayLike, post_c: ArrayLike, prior_p: ArrayLike, post_p: ArrayLike, n_bootstrap: int = 1000,
-              level: float = 0.95, seed: int = 0) -> dict[str, Any]:
+              level: float = 0.95, seed: int = 0) -> Part:
     """ΔMS = MS(child) − MS(parent) on the same questions: paired bootstrap CI and paired
     permutation p (child/parent swapped within questions)."""
     a = [np.asarray(v, dtype=float) for v in (prior_c, post_c, prior_p, post_p)]
@@ -142,7 +169,7 @@ def ms_effect(prior_c: ArrayLike, post_c: ArrayLike, prior_p: ArrayLike, post_p:
             raise MetricError(f"ms_effect: constant {who} prior (σ_prior = 0): MS is undefined")
     ms_c, ms_p = ms_slope(a[0], a[1]), ms_slope(a[2], a[3])
     undefined: dict[str, str] = {}
-    out: dict[str, Any] = {"n": n, "child": ms_c, "parent": ms_p, "delta": ms_c - ms_p}
+    out: Part = {"n": n, "child": ms_c, "parent": ms_p, "delta": ms_c - ms_p}
     same = all(np.array_equal(a[i], a[i + 2]) for i in (0, 1))
     if (why := too_few_for_ci(n, "paired questions")):
         out["ci"] = [float("nan")] * 2
@@ -152,8 +179,8 @@ def ms_effect(prior_c: ArrayLike, post_c: ArrayLike, prior_p: ArrayLike, post_p:
     else:
         low, high = bootstrap_ci(tuple(a), lambda w, x, y, z: ms_slope(w, x) - ms_slope(y, z),
                                  n_bootstrap, level, seed)
-        out["ci"] = [float(low), float(high)]
-        if any(math.isnan(v) for v in out["ci"]):
+        out["ci"] = ci = [float(low), float(high)]
+        if any(math.isnan(v) for v in ci):
             undefined["ci"] = "bootstrap interval undefined (a resample had a constant prior)"
     if same:
         out["p_perm"] = _nan_test(("p_perm",), "child and parent read the same beliefs on every question", undefined)
@@ -177,23 +204,23 @@ BRIER_KEYS = ("n", "child", "parent", "delta", "ci", "t", "p_t", "wilcoxon", "p_
 MS_KEYS = ("n", "child", "parent", "delta", "ci", "p_perm")
 
 
-def undefined_block(keys: tuple[str, ...], n: int, reason: str) -> dict[str, Any]:
+def undefined_block(keys: tuple[str, ...], n: int, reason: str) -> Block:
     """A battery that cannot be run: every key NaN (the CI a NaN pair), n as counted, the reason
     under ``undefined`` for each — the same shape as a defined block, never a silent number."""
-    out: dict[str, Any] = {k: [float("nan")] * 2 if k == "ci" else float("nan") for k in keys}
+    out: Block = {k: [float("nan")] * 2 if k == "ci" else float("nan") for k in keys}
     out["n"] = n
     out["undefined"] = {k: reason for k in keys if k != "n"}
     return out
 
 
-def undefined_effect(reason: str, n_paired: int = 0) -> dict[str, Any]:
+def undefined_effect(reason: str, n_paired: int = 0) -> Block:
     """A stage's effect block when nothing pairs (e.g. the parent lacks the stage)."""
     return {"n_paired": n_paired, "brier": undefined_block(BRIER_KEYS, 0, reason),
             "ms": undefined_block(MS_KEYS, 0, reason), "undefined": {"effect": reason}}
 
 
-def paired_effect(child: list[dict[str, Any]], parent: list[dict[str, Any]], n_bootstrap: int = 1000,
-                  level: float = 0.95, seed: int = 0) -> dict[str, Any]:
+def paired_effect(child: list[Record], parent: list[Record], n_bootstrap: int = 1000,
+                  level: float = 0.95, seed: int = 0) -> Block:
     """The effect block of one stage and seed: child − parent on the questions both evaluated.
 
     ``brier`` pairs questions where both stated a P; ``ms`` those where both read a prior and a
@@ -202,7 +229,7 @@ def paired_effect(child: list[dict[str, Any]], parent: list[dict[str, Any]], n_b
     EffectError when the records are not the same questions.
     """
     c_rows, p_rows = pair_records(child, parent)
-    out: dict[str, Any] = {"n_child": len(child), "n_parent": len(parent), "n_paired": len(c_rows)}
+    out: Block = {"n_child": len(child), "n_parent": len(parent), "n_paired": len(c_rows)}
     undefined: dict[str, str] = {}
     y = nan_array([r["y"] for r in c_rows])
     sc, sp = nan_array([r["stated"] for r in c_rows]), nan_array([r["stated"] for r in p_rows])
@@ -230,8 +257,8 @@ def _count(flags: list[bool | None]) -> dict[str, int] | None:
     return {"k": int(sum(known)), "n": len(known)} if known else None
 
 
-def _get(block: dict | None, *path: str) -> Any:
-    """block[path...] as a finite number (None when absent, null or NaN), or the list at the path."""
+def _get(block: object, *path: str) -> object:
+    """block[path...] (None when absent, null or NaN)."""
     for key in path:
         if not isinstance(block, dict):
             return None
@@ -241,20 +268,34 @@ def _get(block: dict | None, *path: str) -> Any:
     return block
 
 
-def replicate_summary(per_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
+def _number(block: object, *path: str) -> Optional[float]:
+    """block[path...] as a finite number (None when absent, null, NaN or not a number)."""
+    value = _get(block, *path)
+    return value if isinstance(value, (int, float)) else None
+
+
+def _high(block: object, *path: str) -> Optional[float]:
+    """The high end of the interval at block[path...] (None when absent, null or NaN)."""
+    ci = _get(block, *path)
+    if not isinstance(ci, (list, tuple)) or not ci:
+        return None
+    high = ci[1]
+    return None if high is None or math.isnan(high) else float(high)
+
+
+def replicate_summary(per_seed: Mapping[int, Mapping[str, object]]) -> Replicates:
     """Across seeds (each seed's paired effect): the spread of ΔBrier and ΔMS and the counts
     "beats parent" (ΔBrier < 0) and "beats parent, CI below 0", each k of n seeds (_count)."""
     seeds = sorted(per_seed)
-    d_brier = [_get(per_seed[s], "brier", "delta") for s in seeds]
-    d_ms = [_get(per_seed[s], "ms", "delta") for s in seeds]
-    ci_hi = [_get(per_seed[s], "brier", "ci") for s in seeds]
+    d_brier = [_number(per_seed[s], "brier", "delta") for s in seeds]
+    d_ms = [_number(per_seed[s], "ms", "delta") for s in seeds]
+    ci_hi = [_high(per_seed[s], "brier", "ci") for s in seeds]
     return {
         "seeds": seeds,
         "brier_delta": seed_spread(d_brier),
         "ms_delta": seed_spread(d_ms),
         "beats_parent": _count([None if v is None else v < 0 for v in d_brier]),
-        "beats_parent_ci": _count([None if not ci or ci[1] is None or math.isnan(ci[1]) else ci[1] < 0
-                                   for ci in ci_hi]),
+        "beats_parent_ci": _count([None if hi is None else hi < 0 for hi in ci_hi]),
     }
 
 
@@ -262,9 +303,9 @@ def _midpoint(a: Optional[float], b: Optional[float]) -> Optional[float]:
     return None if a is None or b is None else (a + b) / 2
 
 
-def beat_counts(per_seed_metrics: dict[int, dict[str, Any]],
-                start: dict[int, dict[str, Any]] | None,
-                natural: dict[int, dict[str, Any]] | None = None) -> dict[str, dict[str, int] | None]:
+def beat_counts(per_seed_metrics: Mapping[int, JsonObject],
+                start: Mapping[int, JsonObject] | None,
+                natural: Mapping[int, JsonObject] | None = None) -> dict[str, dict[str, int] | None]:
     """The log's reliability language for one stage over seeds, each k of n seeds (_count): "beats
     start" (Brier below the run's own s0 of the same seed), "beats constant" (Brier below the
     base-rate constant) and, given the natural model measured the same way, "beats the natural

@@ -9,10 +9,11 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import yaml
 
+from ..core.jsonvalue import Json
 from .rows import TableError
 
 FINDINGS = "conf/findings.yaml"
@@ -59,7 +60,7 @@ class Finding:
     margin: Optional[float] = None           # a null's: |effect| < margin is "no effect"
 
 
-def _finding(fid: str, spec: Any, run_ids: set[str]) -> Finding:
+def _finding(fid: str, spec: Json, run_ids: set[str]) -> Finding:
     """One entry of the file, checked: every error is one line naming the file, finding and key."""
     def bad(key: str, why: str) -> TableError:
         return TableError(f"{FINDINGS}: {fid}: {key}: {why}")
@@ -82,7 +83,7 @@ def _finding(fid: str, spec: Any, run_ids: set[str]) -> Finding:
                    run, stage, metric, expect, why, margin)
 
 
-def _check_entry(spec: Any, bad) -> None:
+def _check_entry(spec: Json, bad) -> None:
     """The entry's keys and their types: a mapping with KEYS (and OPTIONAL_KEYS), ``test`` with TEST_KEYS."""
     if not isinstance(spec, dict):
         raise bad("entry", "expected a mapping with " + ", ".join(KEYS))
@@ -104,7 +105,7 @@ def _check_entry(spec: Any, bad) -> None:
         raise bad(f"test.{extra[0]}", "unknown key (expected " + ", ".join(TEST_KEYS) + ")")
 
 
-def _expectation(metric: str, given: Any, bad) -> str:
+def _expectation(metric: str, given: Json, bad) -> str:
     """The metric checked and its expectation normalised: "> 0", "< 0", "= 0", or a seed count's."""
     if metric.startswith("counts."):
         if metric not in COUNTS:

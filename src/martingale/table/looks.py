@@ -16,11 +16,12 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Callable, Optional
 
 import yaml
 
 from ..config.runs import RunTree
+from ..core.jsonvalue import Json
 from ..stats.sequential import BOUNDARIES, Boundary
 from .rows import TableError
 
@@ -80,7 +81,7 @@ def load_plan(root: Path | str) -> DecidePlan:
     for key in data:
         if key not in PLAN_KEYS:
             raise TableError(f"{DECIDE}: {key}: unknown key (expected " + ", ".join(PLAN_KEYS) + ")")
-    given: dict[str, Any] = {k: tuple(v) if k == "seeds" and isinstance(v, list) else v for k, v in data.items()}
+    given: dict[str, Json] = {k: tuple(v) if k == "seeds" and isinstance(v, list) else v for k, v in data.items()}
     plan = DecidePlan(**given)              # YAML's values, each checked below
     checks = {
         "looks": isinstance(plan.looks, int) and not isinstance(plan.looks, bool) and plan.looks >= 1,
@@ -183,7 +184,7 @@ def look_index(tree: RunTree, run: str, plan: DecidePlan, k: int, draws: int) ->
     return 1 + steps + (draws - 1)
 
 
-def current_look(tree: RunTree, run: str, plan: DecidePlan, done: Any) -> Look:
+def current_look(tree: RunTree, run: str, plan: DecidePlan, done: Callable[[str], bool]) -> Look:
     """The latest complete look of a finding on ``run`` (``done(run_id)``: is it built and current):
     the (k, draws) with the highest number whose every draw's run is done; the campaign's if none."""
     k0 = len(base_seeds(tree, run))

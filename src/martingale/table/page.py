@@ -7,13 +7,13 @@ import html
 import json
 from dataclasses import asdict
 from importlib import resources
-from typing import Any, Optional
+from typing import Optional
 
 from ..metrics import table_columns
 from .runs_row import Row
 
 
-def _embed(obj: Any) -> str:
+def _embed(obj: object) -> str:
     """JSON safe inside <script>: sorted keys, and no '</' that could close the tag."""
     text = json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return text.replace("</", "<\\/").replace("<!--", "<\\!--")

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal, Optional, cast
+from typing import Literal, Optional, cast
 
 from ..config.runs import RunTree
+from ..core.jsonvalue import JsonObject
 from ..metrics import table_columns
 from ..plan import current_index
 from ..records.eval_record import EvalRecord, EvalSchemaError, Metric, Spread, read_eval
@@ -200,7 +201,7 @@ def _state(spec_invalid: bool, done: bool, evals: Optional[EvalRecord], built_fo
     return "queued", None
 
 
-def build_row(root: Path, tree: RunTree, index: dict[str, Any], files: _Files, run_id: str) -> Row:
+def build_row(root: Path, tree: RunTree, index: JsonObject, files: _Files, run_id: str) -> Row:
     """The run's row (the module docstring's states)."""
     spec = tree.specs[run_id]
     info = index["runs"].get(run_id, {})

@@ -5,11 +5,10 @@ against the schema first."""
 
 import json
 from pathlib import Path
-from typing import Any, NotRequired, Optional, TypedDict, cast
+from typing import NotRequired, Optional, TypedDict, cast
 
+from ..core.jsonvalue import Json
 from .schema import check_rows
-
-Json = Any      # a value straight from json.loads, its shape checked by the schema
 
 
 class Seeded(TypedDict):

@@ -6,19 +6,20 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Callable
+from typing import Callable
 
+from ..core.jsonvalue import Json, JsonObject
 from ..metrics import table_columns
 
 
-def runs_schema() -> dict[str, Any]:
+def runs_schema() -> JsonObject:
     """runs.schema.json, the JSON schema every row is checked against, with each declared table
     metric (metrics.table_columns) and its CI among a row's ``metrics``."""
     return _schema(tuple(table_columns()))
 
 
 @lru_cache(maxsize=4)
-def _schema(extra: tuple[str, ...]) -> dict[str, Any]:
+def _schema(extra: tuple[str, ...]) -> JsonObject:
     schema = json.loads(resources.files(__package__).joinpath("runs.schema.json").read_text(encoding="utf-8"))
     metrics = schema["definitions"]["run"]["properties"]["metrics"]["properties"]
     for key in extra:
@@ -26,7 +27,7 @@ def _schema(extra: tuple[str, ...]) -> dict[str, Any]:
     return schema
 
 
-def schema_errors(rows: Any) -> list[str]:
+def schema_errors(rows: Json) -> list[str]:
     """Every violation as '<path>: <message>' (empty: the rows are valid)."""
     from jsonschema import Draft7Validator
 
@@ -36,12 +37,12 @@ def schema_errors(rows: Any) -> list[str]:
 
 
 @lru_cache(maxsize=4)
-def _compiled(extra: tuple[str, ...]) -> Callable[[Any], Any]:
+def _compiled(extra: tuple[str, ...]) -> Callable[[Json], object]:
     import fastjsonschema
     return fastjsonschema.compile(_schema(extra))
 
 
-def check_rows(rows: Any) -> list[str]:
+def check_rows(rows: Json) -> list[str]:
     """[] if the rows are valid; else every violation (the slow, complete listing)."""
     import fastjsonschema
     try:
