@@ -61,16 +61,18 @@ campaign: install vllm  ## the campaign: every valid run in conf/runs whose need
 # nothing on 2 cores. The four set-up steps run side by side (make -j).
 TEST_WORKERS ?= 2
 
-test:  ## ruff (imports sorted, pyflakes, bugbear), the docs (mkdocs --strict: dead links fail), lint the workflow (with each profile), then unit tests, the browser test, the end-to-end chain, the vLLM server tests and the SLURM cluster test at smoke scale
+test:  ## ruff (imports sorted, pyflakes, bugbear), mypy (src/, 0 errors), the docs (mkdocs --strict: dead links fail), lint the workflow (with each profile), then unit tests, the browser test, the end-to-end chain, the vLLM server tests and the SLURM cluster test at smoke scale
 	$(MAKE) --no-print-directory -j4 -Otarget install-test smollm2 vllm system-packages
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/mkdocs build --strict --quiet
 	$(BIN)/snakemake --lint --profile profiles/local
 	$(BIN)/snakemake --lint --profile profiles/slurm
 	$(BIN)/pytest -q -rs --durations=25 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-lint: install  ## ruff, the docs and Snakemake's lint, what make test runs first
+lint: install-test  ## ruff, mypy, the docs and Snakemake's lint, what make test runs first
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/mkdocs build --strict --quiet
 	$(BIN)/snakemake --lint --profile profiles/local
 
