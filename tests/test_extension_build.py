@@ -80,7 +80,8 @@ def test_the_new_metric_is_in_eval_json_runs_json_runs_md_and_runs_html(built):
     stages = {name: oneseed.metrics(block) for name, block in last_run(built)["stages"].items()}
     assert all(isinstance(stages[s]["stated_sd"], float) for s in ("s0", "s1", "s2"))
     row = next(r for r in json.loads((built / "runs.json").read_text()) if r["run_id"] == f"x{len(CHAIN)}")
-    assert row["metrics"]["stated_sd"] == stages["s2"]["stated_sd"]
+    assert row["metrics"]["stated_sd"] == {"mean": stages["s2"]["stated_sd"], "sd": None,
+                                           "per_seed": [stages["s2"]["stated_sd"]]}
     md = (built / "RUNS.md").read_text()
     assert "| sd(P) |" in md and f"{stages['s2']['stated_sd']:.3f}" in md
     assert '"stated_sd":{"digits":3,"label":"sd(P)","signed":false}' in (built / "runs.html").read_text()

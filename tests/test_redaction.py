@@ -150,7 +150,7 @@ def test_only_io_writes_files_in_the_package():
     redacts each write."""
     src = Path(__file__).resolve().parents[1] / "src" / "martingale"
     allowed = {("store/manifest.py", "write_text("), ("model/load.py", "save_pretrained("),
-               ("training/checkpoint.py", "torch.save("), ("model/vllm.py", "model.save_pretrained(folder)"),
+               ("training/checkpoint.py", "torch.save("), ("model/vllm.py", "model.save_pretrained(str(folder))"),
                ("training/shared.py", "model.save_pretrained(folder, state_dict=whole)"),
                ("model/vllm_server.py", 'open(log_path, "w"')}
     pattern = re.compile(r"open\([^)]*['\"][wax]b?\+?['\"]|\.write_text\(|\.write_bytes\(|json\.dump\(|"
