@@ -10,8 +10,8 @@ import math
 from pathlib import Path
 from typing import Mapping, NotRequired, Optional, TypedDict
 
+from ..config.schema import run_config
 from ..core.jsonvalue import Json, JsonObject
-from ..core.typed import typed
 from ..plan import config_hash
 from ..stages.section import EvalConfig
 from ..stats import Block, Record
@@ -41,11 +41,10 @@ def _stage_order(name: str) -> tuple[int, str]:
 
 
 def stage_block(per_seed: dict[int, JsonObject], records: dict[Key, list[Record]], stage: str,
-                resolved_cfg: JsonObject) -> Block:
+                ev: EvalConfig) -> Block:
     """A stage's eval.json block: its seeds' metrics (combine_seeds) and, for several seeds, the
     ``crossed`` question covariance of the metrics a finding reads (records/crossed.py)."""
-    n_boot = int((resolved_cfg.get("eval") or {}).get("n_bootstrap", 1000))
-    crossed = stage_crossed({seed: records[(stage, seed)] for seed in per_seed}, per_seed, n_boot)
+    crossed = stage_crossed({seed: records[(stage, seed)] for seed in per_seed}, per_seed, int(ev.n_bootstrap))
     return {**combine_seeds(per_seed), **({"crossed": crossed} if crossed else {})}
 
 
@@ -164,11 +163,10 @@ def forest_rows(effects: Mapping[str, Block], final: Mapping[str, Json] | None) 
 
 
 def knob_effect(records: dict[Key, list[Record]], ids: dict[Key, Optional[str]], stage_order: list[str],
-                parent_evals: list[EvalEntry], eval_cfg: JsonObject) -> tuple[dict[str, Block], Block | None]:
+                parent_evals: list[EvalEntry], ev: EvalConfig) -> tuple[dict[str, Block], Block | None]:
     """(per-stage effects, final): every stage both runs have against the parent's stage of that
     name, and the child's final stage against the parent's final stage (what the knob changed)."""
     _, p_records, p_ids = _load(parent_evals)
-    ev = typed(EvalConfig, eval_cfg, "eval")
     n_boot, level = int(ev.n_bootstrap), float(ev.ci)
     effects = stage_effects(records, p_records, ids, p_ids, stage_order, n_boot, level)
     last, p_last = stage_order[-1], max({st for st, _ in p_records}, key=_stage_order)
@@ -258,18 +256,18 @@ def write_run_results(run_id: str, resolved_cfg: JsonObject, lineage: list[JsonO
     Chat episodes add ``transcripts`` (per stage, every episode's messages).
     """
     out = Path(out_dir)
+    ev = run_config(resolved_cfg, f"results/{run_id}/config.yaml").eval
     metrics, records, ids = _load(evals)
     stage_order = sorted({st for st, _ in metrics}, key=_stage_order)
     by_stage: dict[str, dict[int, JsonObject]] = {}
     for (stage, seed), m in metrics.items():
         by_stage.setdefault(stage, {})[seed] = m
-    stages = {name: stage_block(by_stage[name], records, name, resolved_cfg) for name in stage_order}
+    stages = {name: stage_block(by_stage[name], records, name, ev) for name in stage_order}
     ran_with = stage_provenance(evals + list(natural_evals or []))
     parent = lineage[-1].get("parent") if lineage else None
     knob = lineage[-1].get("knob") if lineage else None
     natural = {int(e["seed"]): files.read_json(Path(e["dir"]) / "metrics.json") for e in natural_evals or []} or None
-    effects, final = knob_effect(records, ids, stage_order, parent_evals, resolved_cfg.get("eval") or {}) \
-        if parent_evals else ({}, None)
+    effects, final = knob_effect(records, ids, stage_order, parent_evals, ev) if parent_evals else ({}, None)
     for stage in stage_order:
         if stage in effects:
             stages[stage]["effect"] = effects[stage]
