@@ -17,6 +17,7 @@ from typing import Any, Callable, Optional, TypeAlias, TypeVar
 
 from martingale.records.aggregate import write_run_results
 
+from ..config.schema import run_config
 from ..config.slices import stage_config
 from ..core.errors import StageError
 from ..core.threads import use_threads
@@ -29,7 +30,7 @@ from ..store import stage_dir
 from ..store.files import open_log, read_json, redact, write_json
 from ..store.manifest import MANIFEST, require
 from ..store.provenance import collecting
-from ..store.tracking import flush, mirror_run, mirror_stage, stage_context
+from ..store.tracking import WandbConfig, flush, mirror_run, mirror_stage, stage_context
 from ..table import write_table
 from ..training import ranks_of
 from ..training.launch import launch
@@ -181,11 +182,12 @@ def track_stage(snakemake: SmkJob) -> None:
     flush()
 
 
-def track_run(run_id: str, cfg: dict, lineage: list[dict], evals_path: Path) -> None:
-    """Mirror a run's aggregate (resolved config, metrics per stage) to wandb as ``aggregate``."""
+def track_run(run_id: str, cfg: dict, settings: WandbConfig, lineage: list[dict], evals_path: Path) -> None:
+    """Mirror a run's aggregate (resolved config, metrics per stage) to wandb as ``aggregate``,
+    tracked as the run's ``wandb`` section (``settings``) says."""
     evals = read_json(evals_path)
     stages = [combined_values(block) for block in (evals.get("stages") or {}).values()]
-    mirror_run(Path.cwd(), run_id, "/".join(str(x["run_id"]) for x in lineage), cfg, stages,
+    mirror_run(Path.cwd(), run_id, "/".join(str(x["run_id"]) for x in lineage), cfg, settings, stages,
                (evals.get("effect") or {}).get("headline"))
     flush()
 
@@ -225,7 +227,8 @@ def aggregate_job(snakemake: SmkJob) -> None:
         record_landing(Path(snakemake.output.landed))
         after_run(Path.cwd(), snakemake.wildcards.run, cfg, lineage,
                   [e["eval_stage"] for e in evals + parent_evals + natural_evals])
-        track_run(snakemake.wildcards.run, cfg, lineage, Path(snakemake.output.evals))
+        track_run(snakemake.wildcards.run, cfg, run_config(cfg, f"results/{snakemake.wildcards.run}").wandb, lineage,
+                  Path(snakemake.output.evals))
     run_logged(snakemake, body)
 
 

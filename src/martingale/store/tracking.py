@@ -75,7 +75,7 @@ def _mode(settings: WandbConfig) -> WandbMode:
 
 
 def _init(*, name: str, run_id: str, job_type: str, group: Optional[str], config: dict,
-          settings: dict, root: Path | str = ".") -> Optional[Run]:
+          settings: WandbConfig | dict, root: Path | str = ".") -> Optional[Run]:
     """wandb.init of one run (None when wandb is disabled)."""
     tracked = typed(WandbConfig, settings or {}, "wandb")
     mode = _mode(tracked)
@@ -109,7 +109,7 @@ def _set_summary(run: Run, summary: Optional[dict]) -> None:
 
 
 def log_run(*, name: str, run_id: str, job_type: str, group: Optional[str], config: dict,
-            settings: dict, steps: Iterable[dict] = (), summary: Optional[dict] = None,
+            settings: WandbConfig | dict, steps: Iterable[dict] = (), summary: Optional[dict] = None,
             root: Path | str = ".") -> Optional[Path]:
     """One wandb run: config, then each step row (its ``step`` key as the x-axis), then summary.
     Returns the run's local folder (None when wandb is disabled)."""
@@ -296,9 +296,10 @@ def mirror_stage(root: Path, sid: str, out_dir: Path, cfg: dict) -> Optional[Pat
         return None
 
 
-def mirror_run(root: Path, run_id: str, group: str, cfg: dict, stages: list[dict[str, float]],
-               headline: Optional[dict[str, float]]) -> Optional[Path]:
-    """Log a run's aggregate: the resolved config, each stage's metrics (one value each: the
+def mirror_run(root: Path, run_id: str, group: str, cfg: dict, settings: WandbConfig,
+               stages: list[dict[str, float]], headline: Optional[dict[str, float]]) -> Optional[Path]:
+    """Log a run's aggregate (tracked as its ``wandb`` section, ``settings``, says): the resolved
+    config, each stage's metrics (one value each: the
     caller combines its seeds) as one step (s0, s1, …), and the last stage's metrics and the
     knob's headline effect as summary."""
     try:
@@ -307,7 +308,7 @@ def mirror_run(root: Path, run_id: str, group: str, cfg: dict, stages: list[dict
         summary.pop("step", None)
         summary.update({f"effect/{k}": v for k, v in (headline or {}).items()})
         return log_run(name=run_id, run_id=f"{run_id}-aggregate", job_type="aggregate", group=group,
-                       config=cfg, settings=cfg.get("wandb") or {}, steps=steps, summary=summary, root=root)
+                       config=cfg, settings=settings, steps=steps, summary=summary, root=root)
     except Exception as e:
         log.warning("wandb mirror of %s failed: %s: %s", run_id, type(e).__name__, e)
         return None
