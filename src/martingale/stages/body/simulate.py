@@ -43,6 +43,7 @@ from ...metrics import episode_metrics, stage_metrics
 from ...model.backend import open_model
 from ...model.generate import Batch
 from ...model.load import describe
+from ...model.section import model_section
 from ...store import files
 from ..instructor import InstructorSlice
 from ..simulate import SimulateSlice
@@ -328,7 +329,7 @@ def run_chat(cfg: SimulateSlice, model: Path, human_model: Path, out_dir: Path) 
     try:
         for role, (folder, mcfg) in roles.items():
             twin = next((r for r, (f, c) in roles.items() if r in opened and same_model(c, mcfg)
-                         and Path(f).resolve() == Path(folder).resolve() and mcfg["backend"] != "api"), None)
+                         and Path(f).resolve() == Path(folder).resolve() and model_section(mcfg).backend != "api"), None)
             opened[role] = opened[twin] if twin else open_model(folder, mcfg)
         human, instructor = opened["human"], opened["instructor"]
         forced_read = getattr(human, "tokenizer", None) is not None
