@@ -23,6 +23,7 @@ from typed import typed_slice
 from martingale.config.schema import Config
 from martingale.core.errors import StageError
 from martingale.core.threads import use_threads
+from martingale.model.section import model_section
 from martingale.stages.body import train
 from martingale.training.launch import launch
 
@@ -74,7 +75,7 @@ def main(model_dir: str, out_dir: str, n: str, strategy: str, epochs: str, backe
     cfg["model"]["distributed"] = {"ranks": int(n), "strategy": strategy, "nodes": 1}
     try:
         launch("train", cfg, {"start_model": Path(model_dir), "judge_model": Path(model_dir)},
-                     Path(out_dir), 1)
+               Path(out_dir), 1, model_section(cfg["model"]))
     except StageError as e:
         print(f"martingale: {e}", file=sys.stderr)
         return 1

@@ -29,6 +29,7 @@ from rankdriver import build_untrained
 from typed import typed_section
 
 from martingale.core.errors import StageError
+from martingale.model.section import model_section
 from martingale.training import launch, ranks, ranks_of
 
 DRIVER = Path(__file__).with_name("rankdriver.py")
@@ -244,7 +245,7 @@ def test_the_failure_line_prefers_a_ranks_own_error_to_a_peer_that_saw_it_vanish
 def test_a_non_finite_setting_is_refused_in_one_line_before_any_rank_starts(tmp_path):
     cfg = {"model": {"distributed": {"ranks": 2}}, "stage": {"lr": 1e-3, "kl_beta": float("nan")}}
     with pytest.raises(StageError, match=r"^train stage config: stage\.kl_beta is nan, not a finite number$"):
-        launch.launch("train", cfg, {}, tmp_path / "out" / "stage", 1)
+        launch.launch("train", cfg, {}, tmp_path / "out" / "stage", 1, model_section(cfg["model"]))
     assert not (tmp_path / "out").exists()          # nothing written, no scratch folder left
 
 
@@ -253,7 +254,7 @@ def test_a_non_finite_setting_in_a_typed_section_is_refused_as_in_a_dict(tmp_pat
     cfg = {"model": {"distributed": {"ranks": 2}},
            "stage": typed_section("stage", {"reward": "A", "lr": 1e-3, "kl_beta": float("inf")})}
     with pytest.raises(StageError, match=r"^train stage config: stage\.kl_beta is inf, not a finite number$"):
-        launch.launch("train", cfg, {}, tmp_path / "out" / "stage", 1)
+        launch.launch("train", cfg, {}, tmp_path / "out" / "stage", 1, model_section(cfg["model"]))
     assert not (tmp_path / "out").exists()
 
 

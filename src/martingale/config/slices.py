@@ -9,13 +9,17 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Mapping
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, Protocol, cast
 
 from ..core.registry import epoch
 from ..core.typed import type_hints, typed
+from ..model.section import ModelSection, model_section
 from ..model.section import section_class as model_section_class
 from ..stages import StageKind
 from . import schema
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 
 def slice_class(kind: StageKind) -> type:
@@ -54,3 +58,22 @@ def stage_config(kind: StageKind, cfg: object) -> object:
     for key in (*kind.keys, *(("stage",) if kind.place == "step" else ())):
         given.setdefault(key, {})
     return typed(slice_class(kind), given, f"{kind.name} stage config")
+
+
+class _OnModel(Protocol):
+    model: ModelSection
+
+
+def slice_model(kind: StageKind, sliced: object) -> ModelSection:
+    """The model section of ``kind``'s typed slice (stage_config); its defaults where the kind
+    sees no model."""
+    return model_section(cast(_OnModel, sliced).model if "model" in kind.keys else None)
+
+
+def placed(kind: StageKind, sliced: object, device: str) -> object:
+    """``kind``'s typed slice with its model on ``device``: placement travels as a resource, not in
+    the stage's id, so the plan's slice does not hold it."""
+    if "model" not in kind.keys:
+        return sliced
+    model = dataclasses.replace(slice_model(kind, sliced), device=device)
+    return dataclasses.replace(cast("DataclassInstance", sliced), model=model)

@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..config.slices import stage_config
+from ..config.slices import placed, stage_config
 from ..core.errors import StageError
 from ..core.threads import use_threads
 from ..stages import kinds
@@ -46,7 +46,8 @@ def main(spec_path: str) -> int:
         inputs = {role: Path(folder) for role, folder in spec["inputs"].items()}
         with collecting(Path(spec["out_dir"]), Path.cwd()):     # provenance.json, as in a one-rank job
             kind = kinds()[spec["kind"]]
-            kind.run(stage_config(kind, spec["cfg"]), out_dir=Path(spec["out_dir"]), **inputs)
+            sliced = placed(kind, stage_config(kind, spec["cfg"]), str(spec["device"]))
+            kind.run(sliced, out_dir=Path(spec["out_dir"]), **inputs)
         ranks.leave()
     except BaseException as e:       # noqa: BLE001 - every failure is this rank's one line
         log.exception("rank %d failed", rank)

@@ -18,10 +18,10 @@ from typing import Any, Callable, Optional, TypeAlias, TypeVar
 from martingale.records.aggregate import write_run_results
 
 from ..config.schema import run_config
-from ..config.slices import stage_config
+from ..config.slices import placed, slice_model, stage_config
 from ..core.errors import StageError
 from ..core.threads import use_threads
-from ..model.section import ModelSection, model_section
+from ..model.section import ModelSection
 from ..plan import Plan
 from ..remote.hooks import after_run, after_stage
 from ..stages import StageKind, kinds
@@ -131,15 +131,15 @@ def run_stage(snakemake: SmkJob) -> None:
     wandb."""
     kind = kinds()[snakemake.rule]
     cfg = dict(snakemake.params.cfg)
-    model = model_section(cfg.get("model"))
+    sliced = stage_config(kind, cfg)     # the slice typed once: each of its sections checked
+    model = slice_model(kind, sliced)
     ranks_here = ranked(kind, model)      # a ranked stage's job holds its ranks' threads (on this node)
     threads = compute_threads(model, int(snakemake.threads) // ranks_here)
     use_threads(threads)
     inputs = {role: Path(marker).parent for role, marker in snakemake.input.items()}
     for folder in inputs.values():
         require(folder)
-    if "model" in cfg:   # placement travels as a resource (not in the id): the model goes there
-        cfg["model"] = {**cfg["model"], "device": getattr(snakemake.resources, "device", "auto")}
+    device = getattr(snakemake.resources, "device", "auto")   # placement: a resource, not in the id
     out_dir = Path(snakemake.output[0]).parent
     try:
         # The stage's context: a training loop logs its steps live to the stage's wandb run,
@@ -148,9 +148,9 @@ def run_stage(snakemake: SmkJob) -> None:
             # provenance.json (versions, vLLM server, weights' sha256) goes into out_dir
             with collecting(out_dir, Path.cwd()):
                 if kind.ranked and ranks_of(model)[0] > 1:
-                    launch(kind.name, cfg, inputs, out_dir, threads)
+                    launch(kind.name, cfg, inputs, out_dir, threads, model, device)
                 else:
-                    kind.run(stage_config(kind, cfg), out_dir=out_dir, **inputs)
+                    kind.run(placed(kind, sliced, device), out_dir=out_dir, **inputs)
             # In the store before the job reports done (a store is set: martingale.remote)
             after_stage(Path.cwd(), snakemake.wildcards.sid, inputs)
             track_stage(snakemake)

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..core.errors import StageError
 from ..core.jsonvalue import JsonObject
-from ..model.section import ModelLike, model_section
+from ..model.section import ModelLike, ModelSection, model_section
 from ..model.serving import tensor_parallel_size
 from ..store import files
 from . import ranks_of
@@ -48,11 +48,12 @@ def _first_node(env: dict[str, str]) -> str:
     return out[0]
 
 
-def launch(kind: str, cfg: JsonObject, inputs: dict[str, Path], out_dir: Path, threads: int) -> None:
-    """Run stage kind ``kind`` on the ranks its model config asks for, this job waiting on them:
-    their log lines go to this job's log; a rank that fails fails the stage in one line naming it
-    (torchrun stops the others: none is left waiting on a collective)."""
-    model = model_section(cfg.get("model"))
+def launch(kind: str, cfg: JsonObject, inputs: dict[str, Path], out_dir: Path, threads: int,
+           model: ModelSection, device: str = "auto") -> None:
+    """Run stage kind ``kind`` (its slice ``cfg``, whose model section ``model`` is, typed) on the
+    ranks that model asks for, placed on ``device``, this job waiting on them: their log lines go
+    to this job's log; a rank that fails fails the stage in one line naming it (torchrun stops the
+    others: none is left waiting on a collective)."""
     ranks, strategy, nodes = ranks_of(model)
     bad = next(non_finite(cfg), None)
     if bad is not None:   # spec.json would carry it as null: the ranks would fail on a TypeError
@@ -61,7 +62,7 @@ def launch(kind: str, cfg: JsonObject, inputs: dict[str, Path], out_dir: Path, t
     with tempfile.TemporaryDirectory(prefix=f".{out_dir.name}.ranks-", dir=out_dir.parent) as scratch:
         spec = Path(scratch) / "spec.json"
         files.write_json(spec, {"kind": kind, "cfg": cfg, "inputs": {k: str(v) for k, v in inputs.items()},
-                                    "out_dir": str(out_dir), "ranks": ranks, "strategy": strategy,
+                                    "out_dir": str(out_dir), "device": device, "ranks": ranks, "strategy": strategy,
                                     "threads": threads, "scratch": scratch})
         env = {**os.environ, SPEC_VAR: str(spec), "OMP_NUM_THREADS": str(threads),
                **server_devices(model, ranks // nodes)}
