@@ -94,7 +94,7 @@ def wait_before(attempt: int, backoff_s: float, asked_s: Optional[float]) -> flo
 
 
 class ApiClient:
-    """POSTs JSON bodies to ``cfg['base_url']`` + a path; ``where`` names the config block in
+    """POSTs JSON bodies to ``cfg.base_url`` + a path; ``where`` names the config block in
     messages (``judge``, ``simulate.human_model.api``)."""
 
     def __init__(self, cfg: Any, where: str, error: type[StageError] = ApiError):
