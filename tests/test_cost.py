@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from martingale.cli import app
+from martingale.config.sections import BudgetConfig
 from martingale.plan import Plan, cost
 
 from projcopy import make_project, proj  # noqa: F401 (proj: fixture)
@@ -142,12 +143,12 @@ def test_the_refusal_is_one_line_naming_each_cap_exceeded_and_the_override():
                          cost.StageCost("evaluate-bbbbbbbbbbbb", "evaluate", "llama31_8b", True, 4.0, 8, 1,
                                         cost.RUNTIME_BASIS),
                          cost.StageCost("pretrain-cccccccccccc", "pretrain", "tiny", False, 0.5, 2, 0, "history (n=1)")])
-    assert cost.over_budget(est, {"gpu_hours": 6.0, "cpu_hours": None}) is None
-    assert cost.over_budget(est, {"gpu_hours": 2.0, "cpu_hours": 100.0}) == (
+    assert cost.over_budget(est, BudgetConfig(gpu_hours=6.0)) is None
+    assert cost.over_budget(est, BudgetConfig(gpu_hours=2.0, cpu_hours=100.0)) == (
         "budget: this build needs ~6.0 GPU-hours > budget.gpu_hours 2.0 (by 4.0) for 2 new stages "
         "(1 of them from runtime_min limits, an upper bound); raise budget.gpu_hours in conf/config.yaml "
         "or rerun with --config allow_over_budget=1")
-    both = cost.over_budget(est, {"gpu_hours": 2.0, "cpu_hours": 10.0})
+    both = cost.over_budget(est, BudgetConfig(gpu_hours=2.0, cpu_hours=10.0))
     assert "\n" not in both and "~48 CPU-hours > budget.cpu_hours 10 (by 38)" in both
     assert "raise budget.gpu_hours / budget.cpu_hours in conf/config.yaml" in both
     assert cost.overridden({"allow_over_budget": 1}) and cost.overridden({"allow_over_budget": True})
@@ -160,7 +161,7 @@ def test_a_budget_below_the_estimate_stops_snakemake_before_any_job_runs(tmp_pat
     plan = Plan.load(root)
     res = smk(root, "results/base/eval.json")
     assert res.returncode != 0
-    expected = cost.over_budget(cost.estimate(plan, cost.build_stages(plan, ["base"]), root), {"cpu_hours": 0.25})
+    expected = cost.over_budget(cost.estimate(plan, cost.build_stages(plan, ["base"]), root), BudgetConfig(cpu_hours=0.25))
     # pretrain 30 min on 2 CPUs + its eval 30 min on 1
     assert expected.startswith("budget: this build needs ~1.5 CPU-hours > budget.cpu_hours 0.25 (by 1.2)")
     assert res.stderr.rstrip().splitlines()[-1] == expected

@@ -255,7 +255,7 @@ def check_budget():
     unless --config allow_over_budget=1. Runs in onstart: after the DAG is built, never in a dry run
     (-n), --touch or --no-hooks; `martingale plan --cost` previews the same estimate."""
     budget = cost.base_budget(PLAN)
-    if workflow.touch or all(budget.get(key) is None for key, _ in cost.BUDGET_KEYS):
+    if workflow.touch or not budget.caps():
         return
     sids = [job.wildcards.sid for job in workflow.dag.needrun_jobs() if job.rule.name in STAGE_KINDS]
     message = cost.over_budget(cost.estimate(PLAN, sids, ROOT, new=lambda sid: True), budget)

@@ -117,7 +117,7 @@ def _plan_cost(p, ids: list[str]) -> None:
               "benchmarks, logs/<kind>/<id>.benchmark.tsv); runtime_min limit = none recorded yet, "
               "the model's resources.runtime_min, the scheduler's limit: an upper bound.", markup=False)
     budget = cost.base_budget(p)
-    caps = ", ".join(f"{key} {budget.get(key)}" for key, _ in cost.BUDGET_KEYS if budget.get(key) is not None)
+    caps = ", ".join(f"{key} {cap}" for key, _, cap in budget.caps())
     message = cost.over_budget(est, budget)
     if not caps:
         out.print("budget: none set (budget.gpu_hours / budget.cpu_hours in conf/config.yaml)", markup=False)

@@ -35,6 +35,11 @@ refuses to start a build whose estimate exceeds it (null = no cap)."""
     gpu_hours: Optional[float] = setting(None, Maybe(POSITIVE))
     cpu_hours: Optional[float] = setting(None, Maybe(POSITIVE))
 
+    def caps(self) -> list[tuple[str, str, float]]:
+        """(key, unit, cap) of each cap that is set."""
+        return [(key, unit, cap) for key, unit, cap in (("gpu_hours", "GPU-hours", self.gpu_hours),
+                                                        ("cpu_hours", "CPU-hours", self.cpu_hours)) if cap is not None]
+
 
 @dataclass
 class StoreConfig:

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
+from ..config.schema import run_config
+from ..config.sections import BudgetConfig
 from ..core.jsonvalue import JsonObject
 from ..core.typed import section_of
 from ..model.section import model_section
@@ -38,7 +40,6 @@ from . import Plan, Stage
 
 BENCHMARK = "logs/{kind}/{sid}.benchmark.tsv"   # the stage rule's benchmark: (Snakemake's format)
 OVERRIDE = "allow_over_budget"                  # snakemake --config allow_over_budget=1
-BUDGET_KEYS = (("gpu_hours", "GPU-hours"), ("cpu_hours", "CPU-hours"))
 RUNTIME_BASIS = "runtime_min limit"
 LOCAL_BASIS = "local (not a job)"
 
@@ -272,9 +273,9 @@ def redraw_hours(plan: Plan, runs: Iterable[str], root: Path | str) -> float:
 
 
 # ------------------------------------------------------------------ budget
-def base_budget(plan: Plan) -> JsonObject:
-    """``budget`` of conf/config.yaml as composed (no run's knobs): {gpu_hours, cpu_hours}."""
-    return dict(plan.tree.composer.compose([]).get("budget") or {})
+def base_budget(plan: Plan) -> BudgetConfig:
+    """``budget`` of conf/config.yaml as composed (no run's knobs)."""
+    return run_config(plan.tree.composer.compose([]), "conf/config.yaml").budget
 
 
 def overridden(config: JsonObject) -> bool:
@@ -287,14 +288,13 @@ def hours(x: float) -> str:
     return f"{x:.0f}" if x >= 10 else f"{x:.1f}" if x >= 1 else f"{x:.2g}"
 
 
-def over_budget(est: Estimate, budget: JsonObject) -> Optional[str]:
+def over_budget(est: Estimate, budget: BudgetConfig) -> Optional[str]:
     """The one-line refusal when the estimate exceeds a cap of ``budget``, else None."""
     parts, keys = [], []
-    for key, label in BUDGET_KEYS:
-        cap = budget.get(key)
+    for key, label, cap in budget.caps():
         need = est.gpu_hours if key == "gpu_hours" else est.cpu_hours
-        if cap is not None and need > float(cap):
-            parts.append(f"~{hours(need)} {label} > budget.{key} {hours(float(cap))} (by {hours(need - float(cap))})")
+        if need > cap:
+            parts.append(f"~{hours(need)} {label} > budget.{key} {hours(cap)} (by {hours(need - cap)})")
             keys.append(f"budget.{key}")
     if not parts:
         return None
