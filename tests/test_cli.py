@@ -1,6 +1,7 @@
 """The martingale command: new, show, diff, check, table, status, plan."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -156,6 +157,17 @@ def test_figure_modes_draws_the_two_agent_runs_with_results_and_refuses_a_path_o
     res = cli(proj, "figure", "modes", "--out", "../outside.png")
     assert res.exit_code == 1 and "leaves the project" in res.output
     assert not (proj.parent / "outside.png").exists()
+
+
+def test_figure_modes_refuses_an_eval_json_of_an_older_shape_in_one_line(proj):
+    write_eval(proj, "D", {"s0": {"mode": "syc", "ms": 0.4, "ms_ci": [0.2, 0.6]}}, stage_order=["s0"])
+    path = proj / "results" / "D" / "eval.json"
+    old = json.loads(path.read_text())
+    del old["stage_order"]
+    path.write_text(json.dumps(old))
+    res = cli(proj, "figure", "modes")
+    assert res.exit_code == 1 and "results/D/eval.json" in res.output and len(res.output.strip().splitlines()) == 1
+    assert not (proj / "results" / "episodes_by_mode.png").exists()
 
 
 def test_figure_modes_draws_a_several_seed_run(proj):

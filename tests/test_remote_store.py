@@ -74,6 +74,17 @@ def test_the_environment_names_the_store_over_the_config(monkeypatch):
     assert resolve(StoreConfig(url="/mnt/shared/store")).url == "s3://bucket/from-env"
 
 
+def test_a_configured_url_with_a_credential_is_refused():
+    with pytest.raises(StoreError, match="a credential in the URL is refused"):
+        resolve(StoreConfig(url="s3://AKIAEXAMPLE:verysecretvalue@bucket/prefix"))
+
+
+def test_an_on_corrupt_outside_its_choices_is_refused_in_one_line(monkeypatch):
+    monkeypatch.setenv("MARTINGALE_STORE_ON_CORRUPT", "shrug")
+    with pytest.raises(StoreError, match=r"^store.on_corrupt: 'shrug' is not one of rebuild, stop$"):
+        resolve(StoreConfig(url="/mnt/shared/store"))
+
+
 def test_a_credential_in_the_url_is_refused_without_echoing_it():
     with pytest.raises(StoreError) as e:
         check_url("s3://AKIAEXAMPLE:verysecretvalue@bucket/prefix")

@@ -94,3 +94,10 @@ def test_a_shared_stage_is_logged_under_the_run_that_introduced_it(proj):
 def test_mirror_of_a_stage_missing_from_the_index_warns_and_does_not_raise(tmp_path, caplog):
     assert mirror_stage(tmp_path, "train-000000000000", tmp_path, {}) is None
     assert "not in results/_store/index.json" in caplog.text
+
+
+def test_a_wandb_mode_outside_wandbs_modes_is_refused_in_one_line(monkeypatch):
+    from martingale.store.tracking import WandbConfig, _mode
+    monkeypatch.setenv("WANDB_MODE", "sometimes")
+    with pytest.raises(ValueError, match=r"^WANDB_MODE=sometimes: wandb's mode is one of offline, online"):
+        _mode(WandbConfig())
