@@ -15,7 +15,7 @@ from ..config.runs import RunError
 from ..core.settings import ProjectPath
 from ..plan import Plan, cost
 from ..plan.needs import Need, unmet
-from ..records.eval_record import EvalSchemaError, read_eval
+from ..records.eval_schema import EvalSchemaError, check_eval
 from ..records.plots import episodes_by_mode
 from ..stats.replicates import MIN_SEEDS
 from ..store.locks import live_snakemakes, locked, stale_lock
@@ -235,11 +235,12 @@ def figure(which: str = typer.Argument("modes", help="modes: the two-agent runs 
         if not path.is_file():
             continue
         try:
-            read_eval(path)   # an older shape is refused in one line before it is plotted
-            runs[run_id] = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(path.read_text(encoding="utf-8"))
+            check_eval(data, str(path))   # an older shape is refused in one line before it is plotted
         except EvalSchemaError as e:
             fail(str(e))
         except (OSError, ValueError) as e:
             fail(f"{path}: unreadable ({e})")
+        runs[run_id] = data
     written = episodes_by_mode(runs, STATE.root / output)
     out.print(str(written), markup=False)
