@@ -251,6 +251,6 @@ def test_the_index_names_the_conf_tree_its_plan_was_made_from(proj):
     world = proj / "conf" / "world" / "synthetic.yaml"
     world.write_text(world.read_text().replace("base_rate: 0.3", "base_rate: 0.35"))
     index = plan.write_index()
-    assert index["conf_hash"] != conf_hash(proj / "conf")
-    assert current_index(proj)["runs"]["base"]["config_hash"] == Plan.load(proj).index()["runs"]["base"]["config_hash"] \
-        != index["runs"]["base"]["config_hash"]
+    assert index.conf_hash != conf_hash(proj / "conf")
+    assert current_index(proj).runs["base"].config_hash == Plan.load(proj).index().runs["base"].config_hash \
+        != index.runs["base"].config_hash

@@ -232,13 +232,14 @@ def test_snakemake_runs_json_writes_the_three_table_files_and_regenerates_byte_i
 def test_every_built_stage_and_the_run_are_mirrored_to_wandb_offline(built):
     from martingale.store import read_index
     index = read_index(built)
-    chain = index["runs"]["filter-s2only"]["chain"]
+    assert index is not None
+    chain = index.runs["filter-s2only"].chain
     folders = {p.name.rsplit("-", 2)[-2] + "-" + p.name.rsplit("-", 1)[-1]: p
                for p in (built / "wandb").glob("offline-run-*")}
     for sid in chain:
         data = b"".join(f.read_bytes() for f in folders[sid].glob("*.wandb"))
-        stage = index["stages"][sid]
-        assert stage["owner"].encode() in data and stage["job_type"].encode() in data, sid
+        stage = index.stages[sid]
+        assert stage.owner.encode() in data and stage.job_type.encode() in data, sid
     agg = next(p for p in (built / "wandb").glob("offline-run-*-filter-s2only-aggregate"))
     assert b"aggregate" in b"".join(f.read_bytes() for f in agg.glob("*.wandb"))
 

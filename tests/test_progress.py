@@ -19,7 +19,9 @@ from martingale.training.progress import Pace, report_step
 
 SID = "train-0123456789ab"
 INDEX = {"conf_hash": "x",
-         "runs": {"A": {"group": "base/A", "wandb": {"mode": "offline", "project": "martingale"}}},
+         "runs": {"A": {"chain": [SID], "group": "base/A", "model": "tiny", "start": "base", "elicit": "forced",
+                        "stage_chain": ["s1"], "seeds": [42], "config_hash": "sha256:x", "needs": [],
+                        "wandb": {"mode": "offline", "project": "martingale"}}},
          "stages": {SID: {"owner": "A", "job_type": "train-s1"}}}
 LINE = re.compile(r"step (\d+)/(\d+) reward \S+ kl \S+ loss \S+ parse \S+ (\d+) tok/s \S+s/step eta \d+:\d\d:\d\d$")
 

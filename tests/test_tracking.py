@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from martingale.plan import Plan
+from martingale.store.plan_index import IndexedStage
 from martingale.store.tracking import flush, log_run, mirror_stage, stage_history, wandb_id
 
 from projcopy import proj  # noqa: F401 (fixture)
@@ -87,8 +88,8 @@ def test_a_shared_stage_is_logged_under_the_run_that_introduced_it(proj):
     plan = Plan.load(proj)
     index = plan.index()
     distill = next(s for s in plan.run_chain("filter-s2only") if s.startswith("distill-"))
-    assert index["stages"][distill] == {"owner": "D", "job_type": "distill-D"}
-    assert index["runs"]["filter-s2only"]["group"].startswith("base/D/A-on-D/")
+    assert index.stages[distill] == IndexedStage(owner="D", job_type="distill-D")
+    assert index.runs["filter-s2only"].group.startswith("base/D/A-on-D/")
 
 
 def test_mirror_of_a_stage_missing_from_the_index_warns_and_does_not_raise(tmp_path, caplog):

@@ -3,6 +3,7 @@ consoles, the project root (``--root``), the one-line failure, the run tree and 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NoReturn
 
 import typer
 from rich.console import Console
@@ -27,7 +28,7 @@ class _State:
 STATE = _State()
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     """Print an error line and exit 1."""
     err.print(f"error: {message}", markup=False, style="bold red")
     raise typer.Exit(1)

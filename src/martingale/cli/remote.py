@@ -47,8 +47,8 @@ def _backend(plan: Plan) -> tuple[Backend, str]:
 def _current(plan: Plan, run: str) -> bool:
     """results/<run>/eval.json is there and was built with the run's config as it is now."""
     evals = read_optional(STATE.root / "results" / run / "eval.json")
-    info = plan.index()["runs"].get(run, {})
-    return isinstance(evals, dict) and evals.get("config_hash") == info.get("config_hash")
+    info = plan.index().runs.get(run)
+    return info is not None and isinstance(evals, dict) and evals.get("config_hash") == info.config_hash
 
 
 @app.command()

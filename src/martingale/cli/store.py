@@ -26,9 +26,10 @@ def verify(run: Optional[str] = typer.Argument(None, help="Run-id: its stages (d
         fail("verify: name a run-id or pass --all")
     if run is not None:
         _name(run)
-        chain = current_index(STATE.root)["runs"].get(run, {}).get("chain")
-        if chain is None:
+        info = current_index(STATE.root).runs.get(run)
+        if info is None:
             fail(f"verify: unknown run {run!r}")
+        chain = info.chain
         folders = [STATE.root / stage_dir(s) for s in chain if (STATE.root / stage_dir(s)).is_dir()]
     else:
         folders = store_folders(STATE.root / "results/_store")

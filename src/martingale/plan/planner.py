@@ -27,6 +27,7 @@ from ..core.jsonvalue import JsonObject
 from ..stages import StageKind, kinds
 from ..store import STORE, read_index, stage_dir
 from ..store.files import canonical_json, read_pickle, write_pickle, write_text_if_changed
+from ..store.plan_index import IndexedRun, IndexedStage, PlanIndex
 from .identity import as_json, run_identity, sha256_json, stage_id, stage_slice
 from .needs import Need, stage_needs, unmet
 from .resources import RESOURCE_KEYS, _resources
@@ -73,7 +74,7 @@ class Plan:
         self._chains: dict[str, list[str]] = {}
         self._natural: dict[str, dict[int, str]] = {}   # run id -> seed -> the natural model's eval
         self._labels: dict[str, str] = {}      # stage id -> its role, e.g. "train-s1", "eval-s0"
-        self._runs_info: dict[str, JsonObject] = {}  # run id -> model, start, stage chain, seeds, hash
+        self._runs_info: dict[str, IndexedRun] = {}  # run id -> its chain, model, start, seeds, hash …
         self._chain_lengths: Optional[dict[str, int]] = None
         self._priorities: Optional[dict[str, int]] = None
         self._kind_resources: Optional[dict[str, JsonObject]] = None
@@ -159,12 +160,11 @@ class Plan:
         self._natural[run_id] = reference
         self._runs[run_id] = rows
         self._chains[run_id] = list(dict.fromkeys(chain))
-        self._runs_info[run_id] = {
-            "model": run.model.name, "start": run.start, "elicit": run.elicit.mode,
-            "stage_chain": steps, "seeds": run.run_seeds(),
-            "config_hash": "sha256:" + sha256_json(self.run_identity(run_id)), "wandb": as_json(run.wandb),
-            "needs": [n.tag for n in self.run_needs(run_id)],
-        }
+        self._runs_info[run_id] = IndexedRun(
+            chain=list(self._chains[run_id]), group=self.group(run_id), model=run.model.name, start=run.start,
+            elicit=run.elicit.mode, stage_chain=steps, seeds=run.run_seeds(),
+            config_hash="sha256:" + sha256_json(self.run_identity(run_id)), wandb=as_json(run.wandb),
+            needs=[n.tag for n in self.run_needs(run_id)])
 
     # ---------------------------------------------------------------- queries
     def run_ids(self) -> list[str]:
@@ -294,22 +294,21 @@ class Plan:
                 owners.setdefault(sid, run_id)
         return owners
 
-    def index(self) -> JsonObject:
+    def index(self) -> PlanIndex:
         """What readers outside the parse need, without composing configs again: per run its
         stage ids (``chain``), model, start, stage chain, seeds, config hash and lineage group;
         per stage its owner run and role. ``conf_hash`` says which conf/ tree it was made from (the
         one the plan was made from, not conf/ as it is when the index is written)."""
         owners = self.stage_owners()
-        runs = {r: {"chain": list(self._chains[r]), "group": self.group(r), **self._runs_info[r]}
-                for r in sorted(self._runs)}
-        stages = {sid: {"owner": owners[sid], "job_type": self._labels[sid]} for sid in sorted(self.stages)}
-        return {"conf_hash": self.conf_digest, "runs": runs, "stages": stages}
+        return PlanIndex(conf_hash=self.conf_digest, runs={r: self._runs_info[r] for r in sorted(self._runs)},
+                         stages={sid: IndexedStage(owner=owners[sid], job_type=self._labels[sid])
+                                 for sid in sorted(self.stages)})
 
-    def write_index(self, path: Path | str | None = None) -> JsonObject:
+    def write_index(self, path: Path | str | None = None) -> PlanIndex:
         """Write ``results/_store/index.json`` (only when its content changed); returns the index."""
         path = Path(path) if path is not None else self.root / STORE / "index.json"
         index = self.index()
-        write_text_if_changed(path, canonical_json(index))
+        write_text_if_changed(path, canonical_json(index.to_json()))
         return index
 
 PLAN_CACHE = Path(".cache") / "plan"
@@ -336,14 +335,13 @@ def conf_hash(conf_dir: Path | str) -> str:
     return tree_digest(conf_files(Path(conf_dir)))
 
 
-def current_index(root: Path | str) -> JsonObject:
+def current_index(root: Path | str) -> PlanIndex:
     """The index for conf/ as it is now: the stored one if its conf_hash matches, else computed in
     memory (composing every run). Reading never writes: the Snakefile's onstart is the one writer
     of index.json."""
     root = Path(root)
     index = read_index(root)
-    # an index from before runs had needs is of an older format: computed again, never read as "none"
-    if index is not None and index.get("conf_hash") == conf_hash(root / "conf") \
-            and all("needs" in r for r in index["runs"].values()):
+    # an index of an older format (runs without needs …) reads as None: computed again, never as "none"
+    if index is not None and index.conf_hash == conf_hash(root / "conf"):
         return index
     return Plan.load(root).index()

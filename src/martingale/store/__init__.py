@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from ..core.jsonvalue import JsonObject
 from .files import read_optional
+from .plan_index import PlanIndex
 
 STORE = "results/_store"
 ID_PATTERN = "[0-9a-f]{12}"
@@ -18,7 +18,6 @@ def stage_dir(stage_id: str) -> str:
     return f"{STORE}/{stage_id.split('-', 1)[0]}/{stage_id}"
 
 
-def read_index(root: Path | str) -> Optional[JsonObject]:
+def read_index(root: Path | str) -> Optional[PlanIndex]:
     """``results/_store/index.json`` if it is there, readable, and in this format; else None."""
-    index = read_optional(Path(root) / STORE / "index.json")
-    return index if isinstance(index, dict) and isinstance(index.get("runs"), dict) else None
+    return PlanIndex.from_json(read_optional(Path(root) / STORE / "index.json"))

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Literal, Optional, cast
 
 from ..config.runs import RunTree
-from ..core.jsonvalue import JsonObject
+from ..core.typed import typed
 from ..metrics import table_columns
 from ..plan import current_index
 from ..records.eval_record import EvalRecord, EvalSchemaError, Metric, Spread, read_eval
@@ -28,7 +28,9 @@ from ..store import STORE, stage_dir
 from ..store.files import read_optional
 from ..store.locks import lock_state
 from ..store.manifest import MANIFEST
+from ..store.plan_index import PlanIndex
 from ..store.provenance import summary
+from ..store.tracking import WandbConfig
 from .runs_row import Artifacts, Provenance, Row, RowEffect, Seeded
 
 HEADLINE = ("n", "brier", "brier_ci", "ms", "ms_ci", "bss", "parse_rate")
@@ -201,27 +203,28 @@ def _state(spec_invalid: bool, done: bool, evals: Optional[EvalRecord], built_fo
     return "queued", None
 
 
-def build_row(root: Path, tree: RunTree, index: JsonObject, files: _Files, run_id: str) -> Row:
+def build_row(root: Path, tree: RunTree, index: PlanIndex, files: _Files, run_id: str) -> Row:
     """The run's row (the module docstring's states)."""
     spec = tree.specs[run_id]
-    info = index["runs"].get(run_id, {})
-    chain = list(info.get("chain", []))
+    info = index.runs.get(run_id)
+    chain = list(info.chain) if info is not None else []
     evals, done = _read(root, run_id)
-    state, log = _state(bool(spec.invalid), done, evals, info.get("config_hash"), files, run_id, chain)
+    state, log = _state(bool(spec.invalid), done, evals, info.config_hash if info else None, files, run_id, chain)
     landed = read_optional(root / "results" / run_id / "landed.json")
-    wandb = info.get("wandb") or {}
+    wandb = typed(WandbConfig, info.wandb if info else {}, f"{run_id}.wandb")
     row: Row = {
         "run_id": run_id, "parent": spec.parent, "knob": spec.knob, "question": spec.question,
         "claims": list(spec.claims), "owner": spec.owner, "verdict": spec.verdict, "invalid": spec.invalid,
-        "model": info.get("model"), "start": info.get("start"), "elicit": info.get("elicit"),
-        "stage_chain": info.get("stage_chain"), "seeds": info.get("seeds"), "config_hash": info.get("config_hash"),
-        "needs": list(info.get("needs", [])), "state": state, "log": log,
+        "model": info.model if info else None, "start": info.start if info else None,
+        "elicit": info.elicit if info else None, "stage_chain": list(info.stage_chain) if info else None,
+        "seeds": list(info.seeds) if info else None, "config_hash": info.config_hash if info else None,
+        "needs": list(info.needs) if info else [], "state": state, "log": log,
         "stage": evals.final if evals is not None else None,
         "metrics": _metrics(evals), "effect": _effect(evals), "provenance": _provenance(evals),
         "replicates": len(evals.stages[evals.final].seeds) if evals is not None else 0,
         "landed": landed.get("landed") if isinstance(landed, dict) else None,
         "artifacts": _artifacts(root, run_id, chain),
-        "wandb": {"name": run_id, "group": info.get("group"), "project": str(wandb.get("project") or "martingale")},
+        "wandb": {"name": run_id, "group": info.group if info else None, "project": wandb.project},
     }
     if state == "stale" and evals is not None:
         row["built_knob"] = evals.knob
