@@ -46,10 +46,11 @@ class PlanIndex:
     @classmethod
     def from_json(cls, raw: object) -> Optional["PlanIndex"]:
         """The index a parsed index.json holds, or None when it is of another format."""
+        if not isinstance(raw, dict):
+            return None
         try:
-            assert isinstance(raw, dict)
             return cls(conf_hash=str(raw["conf_hash"]),
                        runs={r: IndexedRun(**info) for r, info in raw["runs"].items()},
                        stages={s: IndexedStage(**info) for s, info in raw["stages"].items()})
-        except (AssertionError, AttributeError, KeyError, TypeError):
+        except (AttributeError, KeyError, TypeError):
             return None

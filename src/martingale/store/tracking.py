@@ -165,9 +165,9 @@ def _stage_run_args(root: Path, sid: str, cfg: dict) -> Optional[JsonObject]:
     """The wandb run a stage is logged as (plan index: its owner run, role, lineage, settings);
     None when the stage is not in the index."""
     index = read_index(root)
-    stage = index.stages.get(sid) if index is not None else None
-    if index is None or stage is None:
+    if index is None or sid not in index.stages:
         return None
+    stage = index.stages[sid]
     run = index.runs[stage.owner]
     return dict(name=stage.owner, run_id=sid, job_type=stage.job_type, group=run.group,
                 config={"run_id": stage.owner, "stage_id": sid, **cfg}, settings=run.wandb, root=root)
